@@ -1,0 +1,1 @@
+"""Typed contracts shared by activity-core, rein-aharness and other teams."""

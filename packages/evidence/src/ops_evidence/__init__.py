@@ -1,0 +1,1 @@
+"""Allowlisted, bounded evidence normalization (standard library only)."""

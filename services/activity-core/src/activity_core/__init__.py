@@ -1,0 +1,1 @@
+"""activity-core: definitions, emission and the ops_runs claim queue."""

@@ -1,0 +1,1 @@
+"""rein-aharness: the worker that claims, executes and closes ops runs."""
