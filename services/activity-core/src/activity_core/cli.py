@@ -1,0 +1,121 @@
+"""`activity-core` commands: migrate, serve (more arrive with the emission issue).
+
+Every failure a user can cause (bad env var, unreachable database, bad flag) ends with one
+clear line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+
+from .db.migrate import MigrationError, migrate
+from .logs import configure_logging
+from .settings import ActivityCoreSettings, SettingsError, load_settings
+
+log = logging.getLogger("activity_core.cli")
+
+
+class CommandError(Exception):
+    """A failure to report in one line and exit 1."""
+
+
+@contextlib.contextmanager
+def database(settings: ActivityCoreSettings) -> Iterator[str]:
+    """The DSN to use: ACTIVITY_CORE_DATABASE_URL, or the embedded server under the state dir."""
+    if settings.database_url:
+        yield settings.database_url
+        return
+    from .db.embedded import start_embedded
+
+    try:
+        dsn, handle = start_embedded(settings.state_dir)
+    except Exception as exc:  # the embedded package raises many kinds; all mean "could not start"
+        raise CommandError(
+            f"could not start the embedded PostgreSQL under {settings.state_dir}: "
+            f"{type(exc).__name__}"
+        ) from exc
+    log.info("using embedded PostgreSQL", extra={"path": str(settings.state_dir / "pgdata")})
+    print(f"activity-core: embedded PostgreSQL at {settings.state_dir / 'pgdata'}", file=sys.stderr)
+    try:
+        yield dsn
+    finally:
+        del handle
+
+
+async def _migrate(dsn: str) -> list[int]:
+    try:
+        conn = await asyncpg.connect(dsn, timeout=10)
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        raise CommandError(f"cannot connect to the database: {type(exc).__name__}: {exc}") from exc
+    try:
+        return await migrate(conn)
+    except MigrationError as exc:
+        raise CommandError(str(exc)) from exc
+    finally:
+        await conn.close()
+
+
+def cmd_migrate(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
+    with database(settings) as dsn:
+        applied = asyncio.run(_migrate(dsn))
+    print(f"activity-core: migrations applied: {applied or 'none (schema current)'}")
+    return 0
+
+
+def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .http.app import create_app
+    from .http.auth import CredentialsFileError
+
+    with database(settings) as dsn:
+        if args.migrate:
+            asyncio.run(_migrate(dsn))
+        try:
+            app = create_app(settings, dsn=dsn)
+        except CredentialsFileError as exc:
+            raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
+        config: dict[str, Any] = {
+            "host": args.host, "port": args.port, "log_config": None, "access_log": False,
+        }
+        uvicorn.run(app, **config)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="activity-core")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("migrate", help="apply pending schema migrations (idempotent, replica-safe)")
+    serve = sub.add_parser("serve", help="the HTTP API and ops UI")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--migrate", action="store_true", help="apply migrations before serving")
+    return parser
+
+
+COMMANDS = {"migrate": cmd_migrate, "serve": cmd_serve}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"activity-core: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        return COMMANDS[args.command](settings, args)
+    except CommandError as exc:
+        print(f"activity-core: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

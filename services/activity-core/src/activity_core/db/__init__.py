@@ -1,0 +1,1 @@
+"""Database adapters: connection pool, migrations and the embedded default server."""

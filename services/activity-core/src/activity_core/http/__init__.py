@@ -1,0 +1,1 @@
+"""The HTTP edge: app factory, routers, auth, error mapping."""

@@ -1,0 +1,73 @@
+"""The application factory: settings in, a FastAPI app with its resources in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ..db.pool import create_pool
+from ..queue.metrics import QueueMetrics
+from ..queue.service import QueueService
+from ..queue.wakeups import OpenRunSignal
+from ..settings import ActivityCoreSettings
+from .auth import Authenticator, load_worker_credentials, token_digest
+from .body_guard import StrictJsonBody
+from .error_handlers import install_error_handlers
+from .routes_health import router as health_router
+from .routes_queue import router as queue_router
+
+log = logging.getLogger("activity_core")
+
+
+def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
+    """Raises CredentialsFileError for an unreadable or malformed credentials file."""
+    workers: dict[str, str] = {}
+    if settings.worker_credentials_file is not None:
+        workers.update(load_worker_credentials(settings.worker_credentials_file))
+    if settings.worker_token is not None and settings.worker_id is not None:
+        workers[settings.worker_id] = token_digest(settings.worker_token)
+    return Authenticator(
+        operator_token=settings.operator_token,
+        workers=workers,
+        allow_unauth=settings.allow_unauth_mutations,
+    )
+
+
+def create_app(settings: ActivityCoreSettings, *, dsn: str) -> FastAPI:
+    auth = build_authenticator(settings)
+    metrics = QueueMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for note in auth.startup_warnings():
+            log.warning(note)
+        pool = await create_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+        signal = OpenRunSignal(dsn)
+        await signal.start()
+        app.state.pool = pool
+        app.state.queue = QueueService(
+            pool, max_attempts=settings.max_attempts, metrics=metrics, signal=signal
+        )
+        try:
+            yield
+        finally:
+            await signal.stop()
+            await pool.close()
+
+    app = FastAPI(
+        title="activity-core",
+        version="0.1.0",
+        summary="Claimable, leased, auditable ops runs for scheduled automations.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.auth = auth
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    app.include_router(queue_router)
+    app.include_router(health_router)
+    app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
+    return app

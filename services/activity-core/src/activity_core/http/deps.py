@@ -1,0 +1,52 @@
+"""Dependency aliases: the resources the lifespan created, injected into routers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from ..queue.service import QueueService
+from ..settings import ActivityCoreSettings
+from .auth import Authenticator, bearer_token
+
+
+def _queue(request: Request) -> QueueService:
+    service: QueueService = request.app.state.queue
+    return service
+
+
+def _auth(request: Request) -> Authenticator:
+    auth: Authenticator = request.app.state.auth
+    return auth
+
+
+def _settings(request: Request) -> ActivityCoreSettings:
+    settings: ActivityCoreSettings = request.app.state.settings
+    return settings
+
+
+def _worker_token(
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_worker_token: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> str | None:
+    return x_worker_token or bearer_token(authorization)
+
+
+def _operator_token(
+    request: Request,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_operator_token: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> str | None:
+    return (
+        x_operator_token
+        or bearer_token(authorization)
+        or request.cookies.get("ops_session")
+    )
+
+
+Queue = Annotated[QueueService, Depends(_queue)]
+Auth = Annotated[Authenticator, Depends(_auth)]
+Settings = Annotated[ActivityCoreSettings, Depends(_settings)]
+WorkerToken = Annotated[str | None, Depends(_worker_token)]
+OperatorToken = Annotated[str | None, Depends(_operator_token)]

@@ -1,0 +1,59 @@
+"""Map domain errors and framework errors to the documented error body."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from ops_contracts import REFUSAL_HTTP_STATUS
+
+from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from .responses import error_response
+
+log = logging.getLogger("activity_core.http")
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 401: "unauthenticated",
+               403: "forbidden"}
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for err in exc.errors():
+        loc = [part for part in err.get("loc", ()) if part != "body"]
+        out.append({"loc": loc, "msg": str(err.get("msg", "invalid")),
+                    "type": str(err.get("type", "value_error"))})
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(QueueRefusal)
+    async def _refusal(_: Request, exc: QueueRefusal) -> Response:
+        return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        errors = _field_errors(exc)
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "body" for e in errors[:5])
+        return error_response(422, "invalid_request", f"invalid request: {fields}", errors)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _unavailable(_: Request, exc: DatabaseUnavailable) -> Response:
+        log.warning("database unavailable: %s", exc)
+        response = error_response(503, "unavailable", "the database is not reachable; retry")
+        response.headers["Retry-After"] = "1"
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error: %s", type(exc).__name__)
+        return error_response(500, "internal_error", "an internal error occurred")

@@ -1,0 +1,51 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from ..db.migrate import current_version, latest_version
+from ..queue.errors import DatabaseUnavailable
+from .deps import Queue
+from .responses import error_response
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up and serving; says nothing about its dependencies."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(request: Request) -> Any:
+    """Ready when the database answers and its schema is the one this build expects."""
+    pool = request.app.state.pool
+    try:
+        async with pool.acquire(timeout=2) as conn:
+            version = await conn.fetchval("SELECT 1") and await current_version(conn)
+    except Exception as exc:  # any failure to reach the database means "not ready"
+        return error_response(503, "unavailable", f"database not reachable ({type(exc).__name__})")
+    expected = latest_version()
+    if version != expected:
+        return error_response(
+            503, "schema_not_current", f"schema version {version}, expected {expected}"
+        )
+    return {"status": "ready", "schema_version": version}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request, queue: Queue) -> Response:
+    registry_owner = request.app.state.metrics
+    try:
+        counts = await queue.count_by_state()
+    except DatabaseUnavailable:
+        counts = {}
+    for state, n in counts.items():
+        registry_owner.runs_by_state.labels(state=state).set(n)
+    return Response(generate_latest(registry_owner.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,134 @@
+"""The claim queue endpoints (/ops-runs). Edge only: parse, authenticate, call the service."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from ops_contracts import (
+    ClaimRequest,
+    ClaimResponse,
+    CloseResponse,
+    CompleteRequest,
+    ErrorBody,
+    ExpireLeasesResponse,
+    FailRequest,
+    HeartbeatRequest,
+    OpsRun,
+    RunPage,
+    RunState,
+)
+
+from ..queue.service import ClaimSpec, ListFilter
+from .deps import Auth, OperatorToken, Queue, Settings, WorkerToken
+
+router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    described = {
+        401: "unauthenticated: no or an invalid credential",
+        403: "forbidden (wrong kind of credential) or worker_identity_mismatch",
+        404: "not_found",
+        409: "wrong_owner, expired_lease, state_conflict, evidence_conflict or terminal_conflict",
+        413: "request_too_large",
+        422: "invalid_request, with an errors list naming each bad field",
+        503: "unavailable: the database cannot be reached",
+    }
+    return {s: {"model": ErrorBody, "description": described[s]} for s in statuses}
+
+
+_WORKER_ERRORS = _errors(401, 403, 404, 409, 413, 422, 503)
+_OPERATOR_ERRORS = _errors(401, 403, 422, 503)
+
+
+@router.get("", response_model=RunPage, responses=_OPERATOR_ERRORS)
+async def list_runs(
+    queue: Queue,
+    auth: Auth,
+    token: OperatorToken,
+    state: RunState | None = None,
+    label: Annotated[list[str] | None, Query(max_length=20)] = None,
+    activity_definition_id: uuid.UUID | None = None,
+    target_repo: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> dict[str, Any]:
+    auth.require_operator(token)
+    runs, next_cursor = await queue.list(
+        ListFilter(
+            state=state,
+            labels=label,
+            activity_definition_id=activity_definition_id,
+            target_repo=target_repo,
+            cursor=cursor,
+            limit=limit,
+        )
+    )
+    return {"runs": runs, "next_cursor": next_cursor}
+
+
+@router.post("/claim", response_model=ClaimResponse, responses=_WORKER_ERRORS)
+async def claim(
+    body: ClaimRequest, queue: Queue, auth: Auth, token: WorkerToken, settings: Settings
+) -> dict[str, Any]:
+    worker_id = auth.require_worker(token, body.worker_id)
+    runs = await queue.claim(
+        ClaimSpec(
+            worker_id=worker_id,
+            labels=body.labels,
+            labels_mode=body.labels_mode,
+            limit=body.limit,
+            lease_seconds=body.lease_seconds or settings.lease_seconds,
+            wait_seconds=body.wait_seconds,
+        )
+    )
+    return {"runs": runs}
+
+
+@router.post("/expire-leases", response_model=ExpireLeasesResponse, responses=_OPERATOR_ERRORS)
+async def expire_leases(queue: Queue, auth: Auth, token: OperatorToken) -> dict[str, int]:
+    auth.require_operator(token)
+    reopened, expired = await queue.expire_leases()
+    return {"reopened": reopened, "expired": expired}
+
+
+@router.get("/{run_id}", response_model=OpsRun, responses=_errors(401, 403, 404, 422, 503))
+async def get_run(run_id: uuid.UUID, queue: Queue, auth: Auth, token: OperatorToken) -> dict[str, Any]:
+    auth.require_operator(token)
+    return await queue.get(run_id)
+
+
+@router.post("/{run_id}/heartbeat", response_model=OpsRun, responses=_WORKER_ERRORS)
+async def heartbeat(
+    run_id: uuid.UUID,
+    body: HeartbeatRequest,
+    queue: Queue,
+    auth: Auth,
+    token: WorkerToken,
+    settings: Settings,
+) -> dict[str, Any]:
+    worker_id = auth.require_worker(token, body.worker_id)
+    return await queue.heartbeat(run_id, worker_id, body.lease_seconds or settings.lease_seconds)
+
+
+@router.post("/{run_id}/complete", response_model=CloseResponse, responses=_WORKER_ERRORS)
+async def complete(
+    run_id: uuid.UUID, body: CompleteRequest, queue: Queue, auth: Auth, token: WorkerToken
+) -> dict[str, Any]:
+    worker_id = auth.require_worker(token, body.worker_id)
+    run, disposition = await queue.complete(run_id, worker_id, body.result)
+    return {**run, "close_disposition": disposition}
+
+
+@router.post("/{run_id}/fail", response_model=CloseResponse, responses=_WORKER_ERRORS)
+async def fail(
+    run_id: uuid.UUID, body: FailRequest, queue: Queue, auth: Auth, token: WorkerToken
+) -> dict[str, Any]:
+    worker_id = auth.require_worker(token, body.worker_id)
+    run, disposition = await queue.fail(
+        run_id, worker_id, body.error, reopen=body.reopen, raw_result=body.result
+    )
+    return {**run, "close_disposition": disposition}

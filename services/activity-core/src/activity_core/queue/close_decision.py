@@ -1,0 +1,102 @@
+"""What a complete or fail does to a locked row: pure, so every branch is unit-testable.
+
+The order of refusals is the one the interface decisions fix: missing row, terminal row
+(reconciled or terminal_conflict), open row, another owner, ended lease, grant evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ops_contracts import CloseAction, RefusalCode, RunState, TERMINAL_STATES
+
+from .grant_evidence import grant_evidence_problem
+
+
+@dataclass(frozen=True)
+class CloseRequest:
+    action: CloseAction
+    worker_id: str
+    result: dict[str, Any] | None
+    error: str | None
+    reopen: bool
+    intent_digest: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    code: RefusalCode
+    detail: str
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """The exact repeat of the recorded close by its owner: answer, change nothing."""
+
+
+@dataclass(frozen=True)
+class ApplyTerminal:
+    state: RunState
+
+
+@dataclass(frozen=True)
+class ReopenRun:
+    """A failure with reopen below the attempt ceiling: back to open, not terminal."""
+
+
+CloseDecision = Refuse | Reconcile | ApplyTerminal | ReopenRun
+
+
+def decide_close(
+    row: Mapping[str, Any] | None, request: CloseRequest, *, max_attempts: int
+) -> CloseDecision:
+    if row is None:
+        return Refuse(RefusalCode.not_found, "no ops run with this id")
+
+    state = RunState(row["state"])
+    if state in TERMINAL_STATES:
+        recorded = row["close_intent_digest"]
+        if (
+            recorded is not None
+            and recorded == request.intent_digest
+            and row["claim_owner"] == request.worker_id
+        ):
+            return Reconcile()
+        if recorded is None:
+            detail = f"the run is already {state.value} and has no recorded close to match"
+        else:
+            detail = f"the run is already {state.value} with a different close"
+        return Refuse(RefusalCode.terminal_conflict, detail)
+
+    if state is RunState.open:
+        return Refuse(RefusalCode.state_conflict, "the run is open, not claimed")
+    if row["claim_owner"] != request.worker_id:
+        return Refuse(RefusalCode.wrong_owner, "the run is claimed by another worker")
+    if not row["lease_active"]:
+        return Refuse(RefusalCode.expired_lease, "the claim's lease has ended")
+
+    transaction = (request.result or {}).get("repository_transaction")
+    problem = grant_evidence_problem(request.action, row["repository_grant"], transaction)
+    if problem is not None:
+        return Refuse(RefusalCode.evidence_conflict, problem)
+
+    if request.action is CloseAction.complete:
+        return ApplyTerminal(RunState.succeeded)
+    if request.reopen and int(row["attempt"]) < max_attempts:
+        return ReopenRun()
+    return ApplyTerminal(RunState.failed)
+
+
+def decide_heartbeat(row: Mapping[str, Any] | None, worker_id: str) -> Refuse | None:
+    """None when the lease may be extended."""
+    if row is None:
+        return Refuse(RefusalCode.not_found, "no ops run with this id")
+    if row["state"] != RunState.claimed:
+        return Refuse(RefusalCode.state_conflict, f"the run is {row['state']}, not claimed")
+    if row["claim_owner"] != worker_id:
+        return Refuse(RefusalCode.wrong_owner, "the run is claimed by another worker")
+    if not row["lease_active"]:
+        return Refuse(RefusalCode.expired_lease, "the claim's lease has ended")
+    return None

@@ -1,0 +1,154 @@
+"""Every SQL statement of the claim queue, in one place.
+
+Parameters are always `$n`; no value is ever formatted into a statement. Each statement
+is written for the index it relies on (see db/migrations/0001_initial.sql); the EXPLAIN
+tests in tests/integration guard those plans.
+"""
+
+from __future__ import annotations
+
+# The projection every endpoint answers: every model column except close_intent_digest
+# (the digest identifies an accepted close; it is not for readers) and priority_rank.
+RUN_COLUMNS = """
+    id, activity_definition_id, idempotency_key, target_repo, title, description, labels,
+    priority, state, claim_owner, lease_until, attempt, source_type, source_id,
+    triggering_event_id, approach_hint, harness_profile_ref, execution_refs,
+    repository_grant, result, last_error, created_at, updated_at
+"""
+
+
+RUN_COLUMN_NAMES: tuple[str, ...] = tuple(c.strip() for c in RUN_COLUMNS.split(","))
+
+
+def _qualified(alias: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in RUN_COLUMNS.split(","))
+
+
+# Stale claims are reopened (or expired at the attempt ceiling) before a claim selects.
+# SKIP LOCKED: a row another claimer or closer holds is left to it; a bounded batch keeps
+# this statement short even after a fleet-wide outage left thousands of stale leases.
+# $1 = max attempts
+RECLAIM_STALE = """
+WITH stale AS (
+    SELECT id
+    FROM ops_runs
+    WHERE state = 'claimed' AND lease_until <= now()
+    ORDER BY lease_until
+    LIMIT 500
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ops_runs AS r
+SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
+    claim_owner = CASE WHEN r.attempt >= $1 THEN r.claim_owner ELSE NULL END,
+    lease_until = NULL,
+    close_intent_digest = NULL,
+    updated_at = now()
+FROM stale
+WHERE r.id = stale.id
+RETURNING r.id, r.state, r.claim_owner
+"""
+
+# The claim itself: pick open rows in claim order (high -> low priority, then oldest),
+# skipping rows locked by concurrent claimers, and lease them in the same statement.
+# The ORDER BY matches ops_runs_open_claim_order, so the scan stops after $limit rows.
+# $1 worker, $2 lease seconds, $3 limit, $4 labels mode ('none' | 'any' | 'all'), $5 labels
+CLAIM = f"""
+WITH picked AS (
+    SELECT id
+    FROM ops_runs
+    WHERE state = 'open'
+      AND CASE $4::text
+            WHEN 'any' THEN labels ?| $5::text[]
+            WHEN 'all' THEN labels @> to_jsonb($5::text[])
+            ELSE true
+          END
+    ORDER BY priority_rank, created_at, id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ops_runs AS r
+SET state = 'claimed',
+    claim_owner = $1,
+    lease_until = now() + make_interval(secs => $2),
+    attempt = r.attempt + 1,
+    updated_at = now()
+FROM picked
+WHERE r.id = picked.id
+RETURNING {_qualified("r")}
+"""
+
+# A close or heartbeat locks its one row for the rest of its short transaction, and reads
+# the clock of the same transaction so "lease ended" is judged by the database, not the app.
+LOCK_RUN_FOR_CLOSE = f"""
+SELECT {RUN_COLUMNS}, close_intent_digest, (lease_until > now()) AS lease_active
+FROM ops_runs
+WHERE id = $1
+FOR UPDATE
+"""
+
+# $1 id, $2 lease seconds
+HEARTBEAT = f"""
+UPDATE ops_runs
+SET lease_until = now() + make_interval(secs => $2), updated_at = now()
+WHERE id = $1
+RETURNING {RUN_COLUMNS}
+"""
+
+# $1 id, $2 terminal state, $3 result, $4 last_error, $5 close intent digest
+CLOSE_TERMINAL = f"""
+UPDATE ops_runs
+SET state = $2, lease_until = NULL, result = $3, last_error = $4,
+    close_intent_digest = $5, updated_at = now()
+WHERE id = $1
+RETURNING {RUN_COLUMNS}
+"""
+
+# A failure accepted with reopen below the ceiling returns the row to the queue and clears
+# its owner, lease and close identity: a repeat is not a terminal reconciliation.
+# $1 id, $2 result (NULL keeps the previous one), $3 last_error
+REOPEN_AFTER_FAILURE = f"""
+UPDATE ops_runs
+SET state = 'open', claim_owner = NULL, lease_until = NULL, close_intent_digest = NULL,
+    result = coalesce($2, result), last_error = $3, updated_at = now()
+WHERE id = $1
+RETURNING {RUN_COLUMNS}
+"""
+
+GET_RUN = f"SELECT {RUN_COLUMNS} FROM ops_runs WHERE id = $1"
+
+# Keyset pagination, newest first. Filters are optional: a NULL parameter disables one.
+# $1 state, $2 labels (all must be present), $3 definition id, $4 target repo,
+# $5 cursor created_at, $6 cursor id, $7 limit
+LIST_RUNS = f"""
+SELECT {RUN_COLUMNS}
+FROM ops_runs
+WHERE ($1::text IS NULL OR state = $1)
+  AND ($2::text[] IS NULL OR labels @> to_jsonb($2::text[]))
+  AND ($3::uuid IS NULL OR activity_definition_id = $3)
+  AND ($4::text IS NULL OR target_repo = $4)
+  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $7
+"""
+
+# Operator-driven lease expiry: the same transition as RECLAIM_STALE, for every stale row.
+# $1 = max attempts
+EXPIRE_LEASES = """
+WITH stale AS (
+    SELECT id
+    FROM ops_runs
+    WHERE state = 'claimed' AND lease_until <= now()
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ops_runs AS r
+SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
+    claim_owner = CASE WHEN r.attempt >= $1 THEN r.claim_owner ELSE NULL END,
+    lease_until = NULL,
+    close_intent_digest = NULL,
+    updated_at = now()
+FROM stale
+WHERE r.id = stale.id
+RETURNING r.id, r.state, r.claim_owner
+"""
+
+COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"

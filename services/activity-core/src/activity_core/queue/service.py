@@ -1,0 +1,312 @@
+"""The queue's units of work: each claim and each close is one short transaction.
+
+Routers call these; these own the transaction and call the SQL in queries.py and the
+pure decisions in close_decision.py. Driver errors are translated here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from ops_contracts import (
+    CloseAction,
+    CloseDisposition,
+    CloseIntent,
+    LabelsMode,
+    RefusalCode,
+    RunState,
+    close_intent_digest,
+)
+from ops_evidence import normalize_result, sanitize_error
+
+from . import queries
+from .close_decision import (
+    ApplyTerminal,
+    CloseRequest,
+    Reconcile,
+    Refuse,
+    ReopenRun,
+    decide_close,
+    decide_heartbeat,
+)
+from .errors import DatabaseUnavailable, QueueRefusal
+from .metrics import QueueMetrics
+from .wakeups import OpenRunSignal
+
+log = logging.getLogger("activity_core.queue")
+
+# Failures that mean "the database is not there right now", not "the request is bad".
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    worker_id: str
+    labels: Sequence[str] | None
+    labels_mode: LabelsMode
+    limit: int
+    lease_seconds: int
+    wait_seconds: int
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    state: RunState | None = None
+    labels: Sequence[str] | None = None
+    activity_definition_id: uuid.UUID | None = None
+    target_repo: str | None = None
+    cursor: str | None = None
+    limit: int = 50
+
+
+def project(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
+    """The read projection: historic results are normalized again before they leave."""
+    run = {key: row[key] for key in queries.RUN_COLUMN_NAMES}
+    if run["result"] is not None:
+        run["result"] = normalize_result(run["result"])
+    return run
+
+
+def encode_cursor(created_at: datetime, run_id: uuid.UUID) -> str:
+    raw = f"{created_at.isoformat()}|{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
+        return datetime.fromisoformat(created), uuid.UUID(ident)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise QueueRefusal(RefusalCode.invalid_request, "cursor is not one this API issued") from exc
+
+
+class QueueService:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        max_attempts: int,
+        metrics: QueueMetrics,
+        signal: OpenRunSignal | None = None,
+    ) -> None:
+        self._pool = pool
+        self._max_attempts = max_attempts
+        self._metrics = metrics
+        self._signal = signal
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except _UNAVAILABLE as exc:
+            raise DatabaseUnavailable(type(exc).__name__) from exc
+
+    # -- claim -------------------------------------------------------------------------
+
+    async def claim(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + spec.wait_seconds
+        while True:
+            # Take the wake-up token before looking, so an emission between an empty
+            # claim and the wait is never missed.
+            token = self._signal.token() if self._signal and spec.wait_seconds else None
+            runs = await self._claim_once(spec)
+            remaining = deadline - time.monotonic()
+            if runs or token is None or remaining <= 0:
+                return runs
+            if not await token.wait(remaining):
+                return []
+
+    async def _claim_once(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+        mode = "none" if not spec.labels else spec.labels_mode.value
+        labels = list(spec.labels or [])
+        started = time.perf_counter()
+        async with self._connection() as conn, conn.transaction():
+            stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+            rows = await conn.fetch(
+                queries.CLAIM, spec.worker_id, spec.lease_seconds, spec.limit, mode, labels
+            )
+        self._metrics.claim_latency.observe(time.perf_counter() - started)
+        self._record_stale(stale, trigger="claim")
+        self._metrics.claimed.inc(len(rows))
+        for row in rows:
+            log.info(
+                "run claimed",
+                extra={"run_id": str(row["id"]), "worker_id": spec.worker_id,
+                       "attempt": row["attempt"]},
+            )
+        return [project(r) for r in rows]
+
+    def _record_stale(self, rows: Sequence[asyncpg.Record], *, trigger: str) -> None:
+        for row in rows:
+            outcome = "expired" if row["state"] == RunState.expired else "reopened"
+            self._metrics.leases_ended.labels(outcome=outcome).inc()
+            log.info(
+                "stale lease %s",
+                outcome,
+                extra={"run_id": str(row["id"]), "worker_id": row["claim_owner"],
+                       "trigger": trigger},
+            )
+
+    # -- heartbeat -----------------------------------------------------------------------
+
+    async def heartbeat(self, run_id: uuid.UUID, worker_id: str, lease_seconds: int) -> dict[str, Any]:
+        async with self._connection() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
+            refusal = decide_heartbeat(row, worker_id)
+            if refusal is not None:
+                raise self._refuse(refusal, run_id, worker_id, "heartbeat")
+            updated = await conn.fetchrow(queries.HEARTBEAT, run_id, lease_seconds)
+        assert updated is not None
+        log.info("lease extended", extra={"run_id": str(run_id), "worker_id": worker_id})
+        return project(updated)
+
+    # -- complete / fail -------------------------------------------------------------------
+
+    async def complete(
+        self, run_id: uuid.UUID, worker_id: str, raw_result: dict[str, Any]
+    ) -> tuple[dict[str, Any], CloseDisposition]:
+        result = normalize_result(raw_result)
+        intent = CloseIntent(
+            action=CloseAction.complete, worker_id=worker_id, result=result, error=None,
+            reopen=False,
+        )
+        return await self._close(run_id, intent)
+
+    async def fail(
+        self,
+        run_id: uuid.UUID,
+        worker_id: str,
+        error: str,
+        *,
+        reopen: bool,
+        raw_result: dict[str, Any] | None,
+    ) -> tuple[dict[str, Any], CloseDisposition]:
+        result = None if raw_result is None else normalize_result(raw_result)
+        intent = CloseIntent(
+            action=CloseAction.fail, worker_id=worker_id, result=result,
+            error=sanitize_error(error), reopen=reopen,
+        )
+        return await self._close(run_id, intent)
+
+    async def _close(
+        self, run_id: uuid.UUID, intent: CloseIntent
+    ) -> tuple[dict[str, Any], CloseDisposition]:
+        request = CloseRequest(
+            action=intent.action,
+            worker_id=intent.worker_id,
+            result=intent.result,
+            error=intent.error,
+            reopen=intent.reopen,
+            intent_digest=close_intent_digest(intent),
+        )
+        started = time.perf_counter()
+        async with self._connection() as conn, conn.transaction():
+            row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
+            decision = decide_close(row, request, max_attempts=self._max_attempts)
+            if isinstance(decision, Refuse):
+                raise self._refuse(decision, run_id, intent.worker_id, intent.action.value)
+            assert row is not None
+            if isinstance(decision, Reconcile):
+                updated: Any = row
+                disposition = CloseDisposition.reconciled
+            elif isinstance(decision, ReopenRun):
+                updated = await conn.fetchrow(
+                    queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
+                )
+                disposition = CloseDisposition.reopened
+            else:
+                assert isinstance(decision, ApplyTerminal)
+                updated = await conn.fetchrow(
+                    queries.CLOSE_TERMINAL,
+                    run_id,
+                    decision.state.value,
+                    request.result,
+                    request.error,
+                    request.intent_digest,
+                )
+                disposition = CloseDisposition.applied
+        self._metrics.close_latency.observe(time.perf_counter() - started)
+        self._metrics.closes.labels(action=intent.action.value, disposition=disposition.value).inc()
+        log.info(
+            "run %s %s",
+            intent.action.value,
+            disposition.value,
+            extra={"run_id": str(run_id), "worker_id": intent.worker_id,
+                   "disposition": disposition.value},
+        )
+        return project(updated), disposition
+
+    def _refuse(self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str) -> QueueRefusal:
+        self._metrics.refusals.labels(code=refusal.code.value).inc()
+        log.info(
+            "%s refused: %s",
+            action,
+            refusal.code.value,
+            extra={"run_id": str(run_id), "worker_id": worker_id, "code": refusal.code.value},
+        )
+        return QueueRefusal(refusal.code, refusal.detail)
+
+    # -- operator ---------------------------------------------------------------------------
+
+    async def expire_leases(self) -> tuple[int, int]:
+        async with self._connection() as conn, conn.transaction():
+            rows = await conn.fetch(queries.EXPIRE_LEASES, self._max_attempts)
+        self._record_stale(rows, trigger="expire-leases")
+        expired = sum(1 for r in rows if r["state"] == RunState.expired)
+        return len(rows) - expired, expired
+
+    async def get(self, run_id: uuid.UUID) -> dict[str, Any]:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(queries.GET_RUN, run_id)
+        if row is None:
+            raise QueueRefusal(RefusalCode.not_found, "no ops run with this id")
+        return project(row)
+
+    async def list(self, flt: ListFilter) -> tuple[list[dict[str, Any]], str | None]:
+        cursor_at, cursor_id = decode_cursor(flt.cursor) if flt.cursor else (None, None)
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                queries.LIST_RUNS,
+                flt.state.value if flt.state else None,
+                list(flt.labels) if flt.labels else None,
+                flt.activity_definition_id,
+                flt.target_repo,
+                cursor_at,
+                cursor_id,
+                flt.limit + 1,
+            )
+        page = rows[: flt.limit]
+        next_cursor = (
+            encode_cursor(page[-1]["created_at"], page[-1]["id"]) if len(rows) > flt.limit else None
+        )
+        return [project(r) for r in page], next_cursor
+
+    async def count_by_state(self) -> dict[str, int]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(queries.COUNT_BY_STATE)
+        counts = {state.value: 0 for state in RunState}
+        counts.update({r["state"]: int(r["n"]) for r in rows})
+        return counts

@@ -1,0 +1,92 @@
+"""Wake long-poll claimers when a run becomes open: LISTEN/NOTIFY, never a busy loop.
+
+One dedicated connection per app instance LISTENs on `ops_runs_open` (a statement trigger
+notifies whenever a statement leaves a row open). Every notification completes the current
+`WakeToken` and starts a new one; a claimer takes a token before it looks at the queue,
+so a run that opens between its empty claim and its wait still wakes it. When the listener
+connection is lost, waiters are woken too (they re-check) and the listener reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+
+log = logging.getLogger("activity_core.wakeups")
+
+CHANNEL = "ops_runs_open"
+
+
+class WakeToken:
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken, False when the timeout passed first."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+class OpenRunSignal:
+    def __init__(self, dsn: str, *, reconnect_delay: float = 1.0) -> None:
+        self._dsn = dsn
+        self._reconnect_delay = reconnect_delay
+        self._token = WakeToken()
+        self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+
+    def token(self) -> WakeToken:
+        return self._token
+
+    def wake_all(self) -> None:
+        token, self._token = self._token, WakeToken()
+        token.fire()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ops-runs-listener")
+        # Give the first LISTEN a moment so early claimers are covered; never block start-up.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), 5)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.wake_all()
+
+    def _on_notify(self, *_: Any) -> None:
+        self.wake_all()
+
+    async def _run(self) -> None:
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self._dsn)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self._listening.set()
+                # Anything opened while we were not listening: let waiters look again.
+                self.wake_all()
+                await lost.wait()
+                log.warning("listener connection lost; reconnecting")
+            except asyncio.CancelledError:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(conn.close(), 2)
+                raise
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("listener cannot connect: %s", type(exc).__name__)
+            self.wake_all()
+            await asyncio.sleep(self._reconnect_delay)

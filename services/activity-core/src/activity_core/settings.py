@@ -1,0 +1,98 @@
+"""One settings class for the service, read from the environment when a command starts.
+
+Built by the CLI (or a test) and passed down; nothing reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_state_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "activity-core"
+
+
+class SettingsError(Exception):
+    """A setting has a bad value; the message names the variable."""
+
+
+class ActivityCoreSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    database_url: str | None = Field(default=None, alias="ACTIVITY_CORE_DATABASE_URL")
+    state_dir: Path = Field(default_factory=_default_state_dir, alias="ACTIVITY_CORE_STATE_DIR")
+    operator_token: str | None = Field(default=None, alias="ACTIVITY_CORE_OPERATOR_TOKEN")
+    worker_token: str | None = Field(default=None, alias="ACTIVITY_CORE_WORKER_TOKEN")
+    worker_id: str | None = Field(default=None, alias="ACTIVITY_CORE_WORKER_ID")
+    worker_credentials_file: Path | None = Field(
+        default=None, alias="ACTIVITY_CORE_WORKER_CREDENTIALS_FILE"
+    )
+    allow_unauth_mutations: bool = Field(
+        default=False, alias="ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS"
+    )
+    queue_enabled: bool = Field(default=True, alias="OPS_RUN_QUEUE_ENABLED")
+    lease_seconds: int = Field(default=900, ge=1, le=86400, alias="OPS_RUN_LEASE_SECONDS")
+    max_attempts: int = Field(default=3, ge=1, le=1000, alias="OPS_RUN_MAX_ATTEMPTS")
+    db_pool_min: int = Field(default=2, ge=1, le=200, alias="ACTIVITY_CORE_DB_POOL_MIN")
+    db_pool_max: int = Field(default=20, ge=1, le=200, alias="ACTIVITY_CORE_DB_POOL_MAX")
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1024, le=64 * 1_048_576, alias="ACTIVITY_CORE_MAX_BODY_BYTES"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", alias="ACTIVITY_CORE_LOG_LEVEL"
+    )
+    issue_sink: Literal["state-hub", "none"] = Field(
+        default="state-hub", alias="ACTIVITY_CORE_ISSUE_SINK"
+    )
+    state_hub_url: str | None = Field(default=None, alias="STATE_HUB_URL")
+    temporal_address: str | None = Field(default=None, alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
+    temporal_task_queue: str = Field(default="activity-core", alias="TEMPORAL_TASK_QUEUE")
+
+    @field_validator("operator_token", "worker_token", "worker_id", "database_url")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            return None
+        return value
+
+    @field_validator("operator_token", "worker_token")
+    @classmethod
+    def _token_strength(cls, value: str | None) -> str | None:
+        # A short shared secret is guessable; refuse it at start rather than run weakly.
+        if value is not None and len(value) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _worker_identity_bound(self) -> ActivityCoreSettings:
+        if self.worker_token is not None and self.worker_id is None:
+            raise ValueError(
+                "ACTIVITY_CORE_WORKER_ID is required when ACTIVITY_CORE_WORKER_TOKEN is set"
+            )
+        if self.db_pool_min > self.db_pool_max:
+            raise ValueError("ACTIVITY_CORE_DB_POOL_MIN must not exceed ACTIVITY_CORE_DB_POOL_MAX")
+        return self
+
+
+def load_settings(**overrides: object) -> ActivityCoreSettings:
+    """Read the environment (plus test overrides, by alias) into settings.
+
+    Raises SettingsError with one line that names the offending variable.
+    """
+    try:
+        return ActivityCoreSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first.get("loc") or ()
+        name = str(loc[0]) if loc else "settings"
+        field = ActivityCoreSettings.model_fields.get(name)
+        variable = field.alias if field is not None and field.alias else name
+        raise SettingsError(f"{variable}: {first.get('msg', 'invalid value')}") from None

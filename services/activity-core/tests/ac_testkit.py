@@ -1,0 +1,198 @@
+"""Test support for activity-core: tokens, an app client, and seeded queue rows."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+
+OPERATOR_TOKEN = "operator-token-0123456789abcdef"
+WORKER_TOKEN = "worker-token-0123456789abcdef"
+WORKER_ID = "rein-aharness@test01"
+
+
+def settings_env(**overrides: Any) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "ACTIVITY_CORE_OPERATOR_TOKEN": OPERATOR_TOKEN,
+        "ACTIVITY_CORE_WORKER_TOKEN": WORKER_TOKEN,
+        "ACTIVITY_CORE_WORKER_ID": WORKER_ID,
+        "ACTIVITY_CORE_DB_POOL_MIN": 1,
+        "ACTIVITY_CORE_DB_POOL_MAX": 10,
+    }
+    env.update(overrides)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+class AppClient:
+    """An app instance with its lifespan running, and an httpx client bound to it."""
+
+    def __init__(
+        self, app: Any, client: httpx.AsyncClient, worker_token: str | None = WORKER_TOKEN
+    ) -> None:
+        self.app = app
+        self.http = client
+        self.worker_token = worker_token
+
+    def worker_headers(self, token: str | None = None) -> dict[str, str]:
+        token = token or self.worker_token
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def operator_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+
+    async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
+        return await self.http.post(
+            "/ops-runs/claim", json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+    async def complete(self, run_id: Any, result: Any, worker_id: str = WORKER_ID) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/complete", json={"worker_id": worker_id, "result": result},
+            headers=self.worker_headers(),
+        )
+
+    async def fail(self, run_id: Any, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/fail", json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+    async def heartbeat(self, run_id: Any, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/heartbeat", json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+
+class AppClient:
+    """An app instance with its lifespan running, and an httpx client bound to it."""
+
+    def __init__(
+        self, app: Any, client: httpx.AsyncClient, worker_token: str | None = WORKER_TOKEN
+    ) -> None:
+        self.app = app
+        self.http = client
+        self.worker_token = worker_token
+
+    def worker_headers(self, token: str | None = None) -> dict[str, str]:
+        token = token or self.worker_token
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def operator_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+
+    async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
+        return await self.http.post(
+            "/ops-runs/claim",
+            json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+    async def complete(
+        self, run_id: Any, result: Any, worker_id: str = WORKER_ID
+    ) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/complete",
+            json={"worker_id": worker_id, "result": result},
+            headers=self.worker_headers(),
+        )
+
+    async def fail(self, run_id: Any, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/fail",
+            json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+    async def heartbeat(
+        self, run_id: Any, worker_id: str = WORKER_ID, **body: Any
+    ) -> httpx.Response:
+        return await self.http.post(
+            f"/ops-runs/{run_id}/heartbeat",
+            json={"worker_id": worker_id, **body},
+            headers=self.worker_headers(),
+        )
+
+
+DEFINITION_ID = uuid.UUID("00000000-0000-4000-8000-00000000d001")
+
+
+class SeededQueue:
+    """Writes queue rows directly, the way emission will, so tests control every field."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self._definition_ready = False
+        self._counter = 0
+
+    async def definition(self) -> uuid.UUID:
+        if not self._definition_ready:
+            await self.conn.execute(
+                """INSERT INTO activity_definitions (id, slug, title, definition, content_digest)
+                   VALUES ($1, 'test-activity', 'Test activity', '{}'::jsonb, 'x')
+                   ON CONFLICT (id) DO NOTHING""",
+                DEFINITION_ID,
+            )
+            self._definition_ready = True
+        return DEFINITION_ID
+
+    async def run(
+        self,
+        *,
+        labels: list[str] | None = None,
+        priority: str = "medium",
+        created_at: datetime | None = None,
+        repository_grant: dict[str, Any] | None = None,
+        harness_profile_ref: str | None = "harness.agent-dev@1.0.0",
+        target_repo: str = "research/briefs",
+        **columns: Any,
+    ) -> uuid.UUID:
+        definition_id = await self.definition()
+        self._counter += 1
+        run_id = uuid.uuid4()
+        created = created_at or (datetime.now().astimezone() - timedelta(hours=1))
+        values: dict[str, Any] = {
+            "id": run_id,
+            "activity_definition_id": definition_id,
+            "idempotency_key": f"test-activity:rule:{run_id}",
+            "target_repo": target_repo,
+            "title": f"run {self._counter}",
+            "description": "seeded by a test",
+            "labels": labels if labels is not None else ["automated"],
+            "priority": priority,
+            "source_type": "rule",
+            "source_id": "rule-1",
+            "triggering_event_id": f"scheduled:{created.isoformat()}",
+            "harness_profile_ref": harness_profile_ref,
+            "repository_grant": repository_grant,
+            "created_at": created,
+            "updated_at": created,
+        }
+        values.update(columns)
+        names = ", ".join(values)
+        params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+        await self.conn.execute(
+            f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values()
+        )
+        return run_id
+
+    async def runs(self, n: int, **kwargs: Any) -> list[uuid.UUID]:
+        base = datetime.now().astimezone() - timedelta(days=1)
+        return [
+            await self.run(created_at=base + timedelta(milliseconds=i), **kwargs)
+            for i in range(n)
+        ]
+
+    async def row(self, run_id: uuid.UUID) -> asyncpg.Record:
+        row = await self.conn.fetchrow("SELECT * FROM ops_runs WHERE id = $1", run_id)
+        assert row is not None
+        return row
+
+    async def expire_lease(self, run_id: uuid.UUID) -> None:
+        await self.conn.execute(
+            "UPDATE ops_runs SET lease_until = now() - interval '1 second' WHERE id = $1", run_id
+        )

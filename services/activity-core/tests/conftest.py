@@ -1,0 +1,134 @@
+"""Real PostgreSQL for every test: TEST_DATABASE_URL when set, else the embedded server.
+
+A template database is migrated once per session; each test gets its own database cloned
+from it (CREATE DATABASE ... TEMPLATE) and dropped afterwards, so tests never share rows.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from activity_core.db.migrate import migrate
+from activity_core.db.pool import init_connection
+from activity_core.http.app import create_app
+from activity_core.settings import load_settings
+
+from ac_testkit import (
+    OPERATOR_TOKEN,
+    WORKER_ID,
+    WORKER_TOKEN,
+    AppClient,
+    SeededQueue,
+    settings_env,
+)
+
+def _with_database(dsn: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from activity_core.db.embedded import start_embedded
+
+    state = Path(tempfile.mkdtemp(prefix="activity-core-test-"))
+    dsn, handle = start_embedded(state, database="postgres")
+    yield dsn
+    del handle
+
+
+@pytest.fixture(scope="session")
+async def template_name(server_dsn: str) -> AsyncIterator[str]:
+    name = f"ac_template_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(_with_database(server_dsn, name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
+    name = f"ac_test_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
+        yield _with_database(server_dsn, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(db_dsn)
+    await init_connection(conn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def seeded(db: asyncpg.Connection) -> SeededQueue:
+    return SeededQueue(db)
+
+
+async def start_app(dsn: str, **env: Any) -> tuple[AppClient, Any]:
+    settings = load_settings(**settings_env(**env))
+    app = create_app(settings, dsn=dsn)
+    lifespan = app.router.lifespan_context(app)
+    await lifespan.__aenter__()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
+    )
+    return AppClient(app, client, settings.worker_token), lifespan
+
+
+@pytest.fixture
+async def api(db_dsn: str) -> AsyncIterator[AppClient]:
+    client, lifespan = await start_app(db_dsn)
+    try:
+        yield client
+    finally:
+        await client.http.aclose()
+        await lifespan.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def app_factory(db_dsn: str) -> AsyncIterator[Any]:
+    """Start more app instances (other settings, or a second replica) on the test database."""
+    started: list[tuple[AppClient, Any]] = []
+
+    async def factory(**env: Any) -> AppClient:
+        pair = await start_app(db_dsn, **env)
+        started.append(pair)
+        return pair[0]
+
+    try:
+        yield factory
+    finally:
+        for client, lifespan in started:
+            await client.http.aclose()
+            await lifespan.__aexit__(None, None, None)

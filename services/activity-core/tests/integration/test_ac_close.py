@@ -1,0 +1,237 @@
+"""complete / fail: dispositions, refusal order, reconciliation, normalization."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from ac_testkit import WORKER_ID, AppClient, SeededQueue
+
+OTHER_WORKER = "rein-aharness@other02"
+OTHER_TOKEN = "other-token-0123456789abcdef"
+
+GLAS_RESULT = {
+    "ok": True,
+    "path": "briefs/2026-12-03.md",
+    "evidence": {
+        "request_id": "req-1",
+        "contract_version": "1.0",
+        "profile_ref": "harness.agent-dev@1.0.0",
+        "rein_id": "rein-aharness",
+        "rein_version": "0.1.0",
+        "resolved_model": "claude-sonnet-4-6",
+        "sandbox_profile": "profile.bwrap-local",
+        "outcome": "succeeded",
+        "duration_s": 12.4,
+        "tokens_spent": 321,
+        "tool_events_count": 0,
+        "tool_events_completeness": "unavailable",
+    },
+    "tool_output": "dropped before persistence",
+}
+
+
+async def claimed(api: AppClient, seeded: SeededQueue, **run: Any) -> uuid.UUID:
+    run_id = await seeded.run(**run)
+    [claimed_run] = (await api.claim()).json()["runs"]
+    assert claimed_run["id"] == str(run_id)
+    return run_id
+
+
+async def test_complete_applies_and_stores_only_the_evidence_envelope(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    response = await api.complete(run_id, GLAS_RESULT)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["close_disposition"] == "applied"
+    assert body["state"] == "succeeded"
+    assert body["lease_until"] is None
+    row = await seeded.row(run_id)
+    stored = row["result"]
+    assert "tool_output" not in stored
+    assert "evidence" not in stored
+    evidence = stored["execution_evidence"]
+    assert evidence["tool_events_count"] == 0
+    assert evidence["tool_events_completeness"] == "unavailable"
+    assert evidence["tokens_spent"] == 321
+    assert stored["path"] == "briefs/2026-12-03.md"
+    assert row["close_intent_digest"] is not None
+    assert body["result"] == stored
+
+
+async def test_lost_complete_response_is_reconciled_without_a_second_write(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    first = await api.complete(run_id, GLAS_RESULT)
+    assert first.json()["close_disposition"] == "applied"
+    before = await seeded.row(run_id)
+    # the worker never saw `first`; its outbox replays the same intent
+    again = await api.complete(run_id, GLAS_RESULT)
+    assert again.status_code == 200
+    assert again.json()["close_disposition"] == "reconciled"
+    after = await seeded.row(run_id)
+    assert dict(after) == dict(before)
+
+
+async def test_a_repeat_that_differs_only_in_dropped_fields_still_reconciles(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    await api.complete(run_id, GLAS_RESULT)
+    noisy = {**GLAS_RESULT, "tool_output": "another transcript", "prompt": "secret"}
+    response = await api.complete(run_id, noisy)
+    assert response.json()["close_disposition"] == "reconciled"
+
+
+async def test_a_different_terminal_intent_is_terminal_conflict(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    await api.complete(run_id, GLAS_RESULT)
+    different = {**GLAS_RESULT, "path": "briefs/other.md"}
+    response = await api.complete(run_id, different)
+    assert response.status_code == 409
+    assert response.json()["code"] == "terminal_conflict"
+    failing = await api.fail(run_id, error="late failure")
+    assert failing.status_code == 409
+    assert failing.json()["code"] == "terminal_conflict"
+
+
+async def test_the_same_intent_from_another_worker_is_terminal_conflict(
+    app_factory: Any, seeded: SeededQueue
+) -> None:
+    api = await app_factory(
+        ACTIVITY_CORE_WORKER_TOKEN=None,
+        ACTIVITY_CORE_WORKER_ID=None,
+        ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS="1",
+    )
+    run_id = await claimed(api, seeded)
+    await api.complete(run_id, GLAS_RESULT)
+    response = await api.complete(run_id, GLAS_RESULT, worker_id=OTHER_WORKER)
+    assert response.status_code == 409
+    assert response.json()["code"] == "terminal_conflict"
+
+
+async def test_pre_migration_terminal_rows_fail_closed(api: AppClient, seeded: SeededQueue) -> None:
+    run_id = await seeded.run(
+        state="succeeded", claim_owner=WORKER_ID, attempt=1, result={"ok": True}
+    )
+    response = await api.complete(run_id, {"ok": True})
+    assert response.status_code == 409
+    assert response.json()["code"] == "terminal_conflict"
+
+
+async def test_missing_run_is_not_found(api: AppClient) -> None:
+    response = await api.complete(uuid.uuid4(), {"ok": True})
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    response = await api.fail(uuid.uuid4(), error="x")
+    assert response.json()["code"] == "not_found"
+
+
+async def test_closing_an_open_run_is_state_conflict(api: AppClient, seeded: SeededQueue) -> None:
+    run_id = await seeded.run()
+    response = await api.complete(run_id, {"ok": True})
+    assert response.status_code == 409
+    assert response.json()["code"] == "state_conflict"
+    assert (await seeded.row(run_id))["state"] == "open"
+
+
+async def test_closing_another_workers_claim_is_wrong_owner(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await seeded.run(
+        state="claimed", claim_owner=OTHER_WORKER, attempt=1,
+        lease_until=datetime.now().astimezone() + timedelta(minutes=5),
+    )
+    response = await api.complete(run_id, {"ok": True})
+    assert response.status_code == 409
+    assert response.json()["code"] == "wrong_owner"
+    assert (await seeded.row(run_id))["claim_owner"] == OTHER_WORKER
+
+
+async def test_closing_after_the_lease_ended_is_expired_lease(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    await seeded.expire_lease(run_id)
+    for response in (
+        await api.complete(run_id, {"ok": True}),
+        await api.fail(run_id, error="too late"),
+    ):
+        assert response.status_code == 409
+        assert response.json()["code"] == "expired_lease"
+    assert (await seeded.row(run_id))["state"] == "claimed"
+
+
+async def test_fail_without_reopen_is_terminal_and_reconcilable(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    response = await api.fail(run_id, error="llm timeout")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["state"], body["close_disposition"]) == ("failed", "applied")
+    assert body["last_error"] == "llm timeout"
+    again = await api.fail(run_id, error="llm timeout")
+    assert again.json()["close_disposition"] == "reconciled"
+    other = await api.fail(run_id, error="llm timeout", reopen=True)
+    assert other.json()["code"] == "terminal_conflict"
+
+
+async def test_fail_with_reopen_below_the_ceiling_reopens(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await claimed(api, seeded)
+    response = await api.fail(run_id, error="transient", reopen=True)
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["state"], body["close_disposition"]) == ("open", "reopened")
+    row = await seeded.row(run_id)
+    assert row["claim_owner"] is None
+    assert row["lease_until"] is None
+    assert row["close_intent_digest"] is None
+    # a repeat is not a terminal reconciliation
+    repeat = await api.fail(run_id, error="transient", reopen=True)
+    assert repeat.status_code == 409
+    assert repeat.json()["code"] == "state_conflict"
+    # and the run is claimable again, as attempt 2
+    [again] = (await api.claim()).json()["runs"]
+    assert again["attempt"] == 2
+
+
+async def test_three_reopened_failures_end_failed_at_the_ceiling(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await seeded.run()
+    dispositions = []
+    for _ in range(3):
+        [run] = (await api.claim()).json()["runs"]
+        assert run["id"] == str(run_id)
+        response = await api.fail(run_id, error="flaky", reopen=True)
+        dispositions.append((response.json()["state"], response.json()["close_disposition"]))
+    assert dispositions == [("open", "reopened"), ("open", "reopened"), ("failed", "applied")]
+    assert (await api.claim()).json()["runs"] == []
+    repeat = await api.fail(run_id, error="flaky", reopen=True)
+    assert repeat.json()["close_disposition"] == "reconciled"
+
+
+async def test_read_projections_renormalize_historic_results(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await seeded.run(
+        state="succeeded",
+        claim_owner=WORKER_ID,
+        attempt=1,
+        result={"ok": True, "tool_output": "legacy transcript", "api_key": "sk-123",
+                "execution_evidence": {"outcome": "succeeded", "prompt": "p"}},
+    )
+    response = await api.http.get(f"/ops-runs/{run_id}", headers=api.operator_headers())
+    assert response.status_code == 200
+    assert response.json()["result"] == {
+        "ok": True, "execution_evidence": {"outcome": "succeeded"}
+    }

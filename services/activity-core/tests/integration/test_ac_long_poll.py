@@ -1,0 +1,74 @@
+"""Long-poll claims wake on LISTEN/NOTIFY, never by polling the table."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ac_testkit import AppClient, SeededQueue
+
+
+async def test_a_waiting_claim_wakes_when_a_run_is_emitted(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    started = time.monotonic()
+    waiting = asyncio.create_task(api.claim(wait_seconds=10))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    run_id = await seeded.run()
+    response = await asyncio.wait_for(waiting, 5)
+    elapsed = time.monotonic() - started
+    assert [run["id"] for run in response.json()["runs"]] == [str(run_id)]
+    assert elapsed < 5
+
+
+async def test_a_waiting_claim_wakes_when_a_failure_reopens(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await seeded.run()
+    await api.claim()
+    waiting = asyncio.create_task(api.claim(wait_seconds=10))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    reopened = await api.fail(run_id, error="retry me", reopen=True)
+    assert reopened.json()["close_disposition"] == "reopened"
+    response = await asyncio.wait_for(waiting, 5)
+    [run] = response.json()["runs"]
+    assert (run["id"], run["attempt"]) == (str(run_id), 2)
+
+
+async def test_a_waiting_claim_ignores_runs_it_does_not_match(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    started = time.monotonic()
+    waiting = asyncio.create_task(api.claim(wait_seconds=2, labels=["wanted"]))
+    await asyncio.sleep(0.3)
+    await seeded.run(labels=["unwanted"])
+    response = await waiting
+    assert response.json()["runs"] == []
+    assert time.monotonic() - started >= 1.9
+
+
+async def test_wait_ends_empty_at_the_deadline(api: AppClient) -> None:
+    started = time.monotonic()
+    response = await api.claim(wait_seconds=1)
+    elapsed = time.monotonic() - started
+    assert response.json() == {"runs": []}
+    assert 0.9 <= elapsed < 3
+
+
+async def test_waiting_does_not_poll_the_database(api: AppClient, seeded: SeededQueue) -> None:
+    """A 2 s wait with nothing emitted runs the claim transaction once, not in a loop."""
+    await seeded.definition()
+    count_before = _claim_transactions(api)
+    response = await api.claim(wait_seconds=2)
+    assert response.json()["runs"] == []
+    assert _claim_transactions(api) - count_before == 1
+
+
+def _claim_transactions(api: AppClient) -> float:
+    registry = api.app.state.metrics.registry
+    value = registry.get_sample_value("ops_run_claim_seconds_count")
+    return float(value or 0)
