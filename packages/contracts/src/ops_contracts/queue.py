@@ -1,0 +1,193 @@
+"""HTTP bodies of the ops-run claim queue.
+
+Request bodies are strict: an unknown top-level field, ``"1"`` or ``true``
+where an integer belongs, an out-of-range bound, or a non-finite number
+anywhere (``result`` included) is a 422, never a silent coercion. Enum fields
+are the exception to strictness only in accepting their JSON string value from
+a parsed ``dict`` as well as from raw JSON.
+
+Unknown fields *inside* ``result`` are allowed here: ``ops_evidence``
+normalization drops them before anything is stored, so refusing them would
+only break producers that are newer than the queue.
+
+Response models describe what the queue answers (and OpenAPI documents); they
+ignore unknown fields so an older worker keeps working against a newer queue.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from ops_contracts.canonical import canonical_json
+from ops_contracts.codes import (
+    CloseDisposition,
+    LabelsMode,
+    Priority,
+    RunState,
+    SourceType,
+)
+
+__all__ = [
+    "MAX_ERROR_LENGTH",
+    "MAX_LEASE_SECONDS",
+    "ClaimRequest",
+    "ClaimResponse",
+    "CloseResponse",
+    "CompleteRequest",
+    "ErrorBody",
+    "ExpireLeasesResponse",
+    "FailRequest",
+    "FieldError",
+    "HeartbeatRequest",
+    "Label",
+    "OpsRun",
+    "RunPage",
+    "WorkerId",
+]
+
+MAX_LEASE_SECONDS = 86_400
+MAX_CLAIM_LIMIT = 100
+MAX_WAIT_SECONDS = 20
+MAX_CLAIM_LABELS = 20
+MAX_ERROR_LENGTH = 4096
+
+# Non-secret worker identity, e.g. "rein-aharness@railiance01". Bounded and
+# free of whitespace so it is safe in logs, rows and lock keys.
+WorkerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._@:/+-]{1,200}$")]
+Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:/-]{1,100}$")]
+
+_REQUEST_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def _require_finite_json(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    # allow_inf_nan covers float fields only; a result is free-form, so check
+    # that it is plain finite JSON that canonical_json (and so a close-intent
+    # digest) can encode.
+    if value is not None:
+        try:
+            canonical_json(value)
+        except ValueError as exc:
+            raise ValueError(f"result must be finite JSON: {exc}") from exc
+    return value
+
+
+class ClaimRequest(BaseModel):
+    """``POST /ops-runs/claim``; omit ``labels`` to claim any open run."""
+
+    model_config = _REQUEST_CONFIG
+
+    worker_id: WorkerId
+    labels: list[Label] | None = Field(default=None, min_length=1, max_length=MAX_CLAIM_LABELS)
+    labels_mode: LabelsMode = Field(default=LabelsMode.any, strict=False)
+    limit: int = Field(default=1, ge=1, le=MAX_CLAIM_LIMIT)
+    # None: the server's OPS_RUN_LEASE_SECONDS.
+    lease_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+    # Long-poll budget; bounded so a claim never outlives proxy timeouts.
+    wait_seconds: int = Field(default=0, ge=0, le=MAX_WAIT_SECONDS)
+
+
+class HeartbeatRequest(BaseModel):
+    """``POST /ops-runs/{id}/heartbeat``: the new lease runs from now."""
+
+    model_config = _REQUEST_CONFIG
+
+    worker_id: WorkerId
+    lease_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+
+
+class CompleteRequest(BaseModel):
+    """``POST /ops-runs/{id}/complete``; ``result`` may be a whole ``GatewayResult``."""
+
+    model_config = _REQUEST_CONFIG
+
+    worker_id: WorkerId
+    result: dict[str, Any]
+
+    _finite_result = field_validator("result")(_require_finite_json)
+
+
+class FailRequest(BaseModel):
+    """``POST /ops-runs/{id}/fail``; ``reopen`` asks for another attempt."""
+
+    model_config = _REQUEST_CONFIG
+
+    worker_id: WorkerId
+    error: str = Field(min_length=1, max_length=MAX_ERROR_LENGTH)
+    reopen: bool = False
+    result: dict[str, Any] | None = None
+
+    _finite_result = field_validator("result")(_require_finite_json)
+
+
+class OpsRun(BaseModel):
+    """A run projection: every stored field except ``close_intent_digest``.
+
+    ``repository_grant`` is the admitted grant exactly as queued (see
+    ``RepositoryGrantV1.as_admitted``); ``result`` is normalized evidence.
+    """
+
+    id: UUID
+    activity_definition_id: UUID
+    idempotency_key: str
+    target_repo: str
+    title: str
+    description: str
+    labels: list[str]
+    priority: Priority
+    state: RunState
+    claim_owner: str | None
+    lease_until: datetime | None
+    attempt: int
+    source_type: SourceType
+    source_id: str
+    triggering_event_id: str
+    approach_hint: str | None
+    harness_profile_ref: str | None
+    execution_refs: dict[str, Any]
+    repository_grant: dict[str, Any] | None
+    result: dict[str, Any] | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CloseResponse(OpsRun):
+    """What complete/fail answer: the run after the close, and how it was taken."""
+
+    close_disposition: CloseDisposition
+
+
+class ClaimResponse(BaseModel):
+    runs: list[OpsRun]
+
+
+class RunPage(BaseModel):
+    """One keyset page of ``GET /ops-runs``; ``next_cursor`` is ``None`` on the last."""
+
+    runs: list[OpsRun]
+    next_cursor: str | None
+
+
+class ExpireLeasesResponse(BaseModel):
+    reopened: int
+    expired: int
+
+
+class FieldError(BaseModel):
+    """One bad field of a 422 ``invalid_request``."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx body; ``code`` is a ``RefusalCode`` value."""
+
+    code: str
+    detail: str
+    errors: list[FieldError] | None = None
