@@ -1,1 +1,92 @@
-"""Allowlisted, bounded evidence normalization (standard library only)."""
+"""Allowlisted, bounded evidence normalization (standard library only).
+
+Pure, total functions that turn a worker's or Glas's run `result` into the evidence
+Activity Core may store and return, plus the JSON bounds the close-evidence outbox
+enforces on it.
+"""
+
+from ops_evidence.bounds import (
+    MAX_COLLECTION_ITEMS,
+    MAX_DEPTH,
+    MAX_ENCODED_BYTES,
+    MAX_ERROR_CHARS,
+    MAX_IDENTIFIER_CHARS,
+    MAX_INT,
+    MAX_KEY_CHARS,
+    MAX_STRING_CHARS,
+    MIN_INT,
+    BoundViolation,
+    JsonValue,
+    encoded_size,
+    find_bound_violations,
+    is_bounded_json,
+)
+from ops_evidence.error_text import sanitize_error
+from ops_evidence.fields import (
+    MAX_LIST_ENCODED_BYTES,
+    MAX_PATH_CHARS,
+    MAX_TARGET_REPO_CHARS,
+    git_object_id,
+    git_object_id_list,
+    identifier,
+    identifier_list,
+    non_negative_int,
+    non_negative_number,
+    repo_path,
+    repo_path_list,
+    target_repo,
+)
+from ops_evidence.normalize import (
+    ACCEPTANCE,
+    COMPACT_EVIDENCE_KEYS,
+    EXECUTION_EVIDENCE_KEYS,
+    EXECUTION_REFS_KEYS,
+    REPOSITORY_TRANSACTION_KEYS,
+    RESULT_KEYS,
+    TOOL_EVENTS_COMPLETENESS,
+    compact_execution_evidence,
+    normalize_execution_evidence,
+    normalize_repository_transaction,
+    normalize_result,
+)
+
+__all__ = [
+    "ACCEPTANCE",
+    "COMPACT_EVIDENCE_KEYS",
+    "EXECUTION_EVIDENCE_KEYS",
+    "EXECUTION_REFS_KEYS",
+    "MAX_COLLECTION_ITEMS",
+    "MAX_DEPTH",
+    "MAX_ENCODED_BYTES",
+    "MAX_ERROR_CHARS",
+    "MAX_IDENTIFIER_CHARS",
+    "MAX_INT",
+    "MAX_KEY_CHARS",
+    "MAX_LIST_ENCODED_BYTES",
+    "MAX_PATH_CHARS",
+    "MAX_STRING_CHARS",
+    "MAX_TARGET_REPO_CHARS",
+    "MIN_INT",
+    "REPOSITORY_TRANSACTION_KEYS",
+    "RESULT_KEYS",
+    "TOOL_EVENTS_COMPLETENESS",
+    "BoundViolation",
+    "JsonValue",
+    "compact_execution_evidence",
+    "encoded_size",
+    "find_bound_violations",
+    "git_object_id",
+    "git_object_id_list",
+    "identifier",
+    "identifier_list",
+    "is_bounded_json",
+    "non_negative_int",
+    "non_negative_number",
+    "normalize_execution_evidence",
+    "normalize_repository_transaction",
+    "normalize_result",
+    "repo_path",
+    "repo_path_list",
+    "sanitize_error",
+    "target_repo",
+]
