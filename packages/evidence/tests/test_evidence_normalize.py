@@ -28,6 +28,7 @@ from ops_evidence import (
     normalize_result,
     sanitize_error,
 )
+from ops_evidence.fields import bounded_list, git_object_id, repo_path
 
 GLAS_EVIDENCE: dict[str, Any] = {
     "request_id": "0b7f3c1e-5d2a-4c8e-9f10-2a3b4c5d6e7f",
@@ -445,8 +446,9 @@ def test_a_maximal_result_normalizes_within_the_bounds() -> None:
     transaction = {
         **{k: WORST_IDENTIFIER for k, kind in TRANSACTION_KINDS.items() if kind == "identifier"},
         "acceptance": "rejected",
-        "accepted_commits": commits,
-        "accepted_paths": paths,
+        # acceptance lists are kept whole or not at all, so send the largest that fits
+        "accepted_commits": bounded_list(commits, git_object_id),
+        "accepted_paths": bounded_list(paths, repo_path),
     }
     raw = {
         "ok": False,
@@ -464,3 +466,24 @@ def test_a_maximal_result_normalizes_within_the_bounds() -> None:
     assert set(result["execution_evidence"]) == EXECUTION_EVIDENCE_KEYS  # type: ignore[arg-type]
     assert encoded_size(result) > 50_000  # genuinely near the bound, not a trivial pass
     assert normalize_result(result) == result
+
+
+def test_acceptance_lists_with_any_invalid_item_are_dropped_whole() -> None:
+    from ops_evidence import normalize_repository_transaction
+
+    tx = normalize_repository_transaction(
+        {
+            "transaction_id": "tx-1",
+            "accepted_paths": ["briefs/ok.md", ".git/config"],
+            "accepted_commits": ["a" * 40, "NOT-A-SHA"],
+        }
+    )
+    assert tx == {"transaction_id": "tx-1"}
+    valid = {
+        "transaction_id": "tx-1",
+        "accepted_paths": ["briefs/ok.md"],
+        "accepted_commits": ["a" * 40],
+    }
+    assert normalize_repository_transaction(valid) == valid
+    too_many = {"transaction_id": "tx-1", "accepted_paths": [f"p/{i}.md" for i in range(101)]}
+    assert normalize_repository_transaction(too_many) == {"transaction_id": "tx-1"}

@@ -45,48 +45,6 @@ class AppClient:
 
     async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
         return await self.http.post(
-            "/ops-runs/claim", json={"worker_id": worker_id, **body},
-            headers=self.worker_headers(),
-        )
-
-    async def complete(self, run_id: Any, result: Any, worker_id: str = WORKER_ID) -> httpx.Response:
-        return await self.http.post(
-            f"/ops-runs/{run_id}/complete", json={"worker_id": worker_id, "result": result},
-            headers=self.worker_headers(),
-        )
-
-    async def fail(self, run_id: Any, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
-        return await self.http.post(
-            f"/ops-runs/{run_id}/fail", json={"worker_id": worker_id, **body},
-            headers=self.worker_headers(),
-        )
-
-    async def heartbeat(self, run_id: Any, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
-        return await self.http.post(
-            f"/ops-runs/{run_id}/heartbeat", json={"worker_id": worker_id, **body},
-            headers=self.worker_headers(),
-        )
-
-
-class AppClient:
-    """An app instance with its lifespan running, and an httpx client bound to it."""
-
-    def __init__(
-        self, app: Any, client: httpx.AsyncClient, worker_token: str | None = WORKER_TOKEN
-    ) -> None:
-        self.app = app
-        self.http = client
-        self.worker_token = worker_token
-
-    def worker_headers(self, token: str | None = None) -> dict[str, str]:
-        token = token or self.worker_token
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
-    def operator_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-
-    async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
-        return await self.http.post(
             "/ops-runs/claim",
             json={"worker_id": worker_id, **body},
             headers=self.worker_headers(),
@@ -183,8 +141,7 @@ class SeededQueue:
     async def runs(self, n: int, **kwargs: Any) -> list[uuid.UUID]:
         base = datetime.now().astimezone() - timedelta(days=1)
         return [
-            await self.run(created_at=base + timedelta(milliseconds=i), **kwargs)
-            for i in range(n)
+            await self.run(created_at=base + timedelta(milliseconds=i), **kwargs) for i in range(n)
         ]
 
     async def row(self, run_id: uuid.UUID) -> asyncpg.Record:

@@ -18,19 +18,16 @@ import asyncpg
 import httpx
 import pytest
 
+from ac_testkit import (
+    AppClient,
+    SeededQueue,
+    settings_env,
+)
 from activity_core.db.migrate import migrate
 from activity_core.db.pool import init_connection
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings
 
-from ac_testkit import (
-    OPERATOR_TOKEN,
-    WORKER_ID,
-    WORKER_TOKEN,
-    AppClient,
-    SeededQueue,
-    settings_env,
-)
 
 def _with_database(dsn: str, name: str) -> str:
     parts = urllib.parse.urlsplit(dsn)

@@ -143,6 +143,27 @@ def bounded_list(value: object, item: Callable[[object], str | None]) -> list[Js
     return kept
 
 
+def complete_list(value: object, item: Callable[[object], str | None]) -> list[JsonValue] | None:
+    """The whole list when every item is valid and it fits the budgets, else absent.
+
+    For acceptance evidence (accepted commits and paths) a partial list would hide exactly
+    the item a reviewer must see: one `.git/config` among valid paths must make the evidence
+    absent (and a granted completion then fails closed), never silently vanish.
+    """
+    kept = bounded_list(value, item)
+    if kept is None or type(value) is not list or len(kept) != len(value):
+        return None
+    return kept
+
+
+def accepted_commit_list(value: object) -> list[JsonValue] | None:
+    return complete_list(value, git_object_id)
+
+
+def accepted_path_list(value: object) -> list[JsonValue] | None:
+    return complete_list(value, repo_path)
+
+
 def identifier_list(value: object) -> list[JsonValue] | None:
     return bounded_list(value, identifier)
 

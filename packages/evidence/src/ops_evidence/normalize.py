@@ -22,6 +22,8 @@ from types import MappingProxyType
 
 from ops_evidence.bounds import JsonValue
 from ops_evidence.fields import (
+    accepted_commit_list,
+    accepted_path_list,
     git_object_id,
     git_object_id_list,
     identifier,
@@ -99,8 +101,8 @@ _REPOSITORY_TRANSACTION_FIELDS: Mapping[str, _Validator] = MappingProxyType(
         "acceptance_policy_id": identifier,
         "external_metrics_id": identifier,
         "acceptance": _choice(ACCEPTANCE),
-        "accepted_commits": git_object_id_list,
-        "accepted_paths": repo_path_list,
+        "accepted_commits": accepted_commit_list,
+        "accepted_paths": accepted_path_list,
     }
 )
 

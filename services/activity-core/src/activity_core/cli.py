@@ -53,7 +53,7 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
 async def _migrate(dsn: str) -> list[int]:
     try:
         conn = await asyncpg.connect(dsn, timeout=10)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         raise CommandError(f"cannot connect to the database: {type(exc).__name__}: {exc}") from exc
     try:
         return await migrate(conn)
@@ -84,7 +84,10 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
         except CredentialsFileError as exc:
             raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
         config: dict[str, Any] = {
-            "host": args.host, "port": args.port, "log_config": None, "access_log": False,
+            "host": args.host,
+            "port": args.port,
+            "log_config": None,
+            "access_log": False,
         }
         uvicorn.run(app, **config)
     return 0

@@ -12,8 +12,17 @@ import sys
 from datetime import UTC, datetime
 
 _CONTEXT_KEYS = (
-    "run_id", "worker_id", "attempt", "disposition", "code", "trigger", "activity_id",
-    "workflow_id", "path", "method", "status",
+    "run_id",
+    "worker_id",
+    "attempt",
+    "disposition",
+    "code",
+    "trigger",
+    "activity_id",
+    "workflow_id",
+    "path",
+    "method",
+    "status",
 )
 
 

@@ -145,7 +145,9 @@ async def test_closing_another_workers_claim_is_wrong_owner(
     api: AppClient, seeded: SeededQueue
 ) -> None:
     run_id = await seeded.run(
-        state="claimed", claim_owner=OTHER_WORKER, attempt=1,
+        state="claimed",
+        claim_owner=OTHER_WORKER,
+        attempt=1,
         lease_until=datetime.now().astimezone() + timedelta(minutes=5),
     )
     response = await api.complete(run_id, {"ok": True})
@@ -227,11 +229,13 @@ async def test_read_projections_renormalize_historic_results(
         state="succeeded",
         claim_owner=WORKER_ID,
         attempt=1,
-        result={"ok": True, "tool_output": "legacy transcript", "api_key": "sk-123",
-                "execution_evidence": {"outcome": "succeeded", "prompt": "p"}},
+        result={
+            "ok": True,
+            "tool_output": "legacy transcript",
+            "api_key": "sk-123",
+            "execution_evidence": {"outcome": "succeeded", "prompt": "p"},
+        },
     )
     response = await api.http.get(f"/ops-runs/{run_id}", headers=api.operator_headers())
     assert response.status_code == 200
-    assert response.json()["result"] == {
-        "ok": True, "execution_evidence": {"outcome": "succeeded"}
-    }
+    assert response.json()["result"] == {"ok": True, "execution_evidence": {"outcome": "succeeded"}}

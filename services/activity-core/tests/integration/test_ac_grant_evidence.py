@@ -67,8 +67,14 @@ async def test_matching_evidence_completes(api: AppClient, seeded: SeededQueue) 
         transaction(accepted_paths=["briefs/ok.md", ".git/config"]),
     ],
     ids=[
-        "no-transaction", "wrong-grant-id", "wrong-policy-id", "missing-grant-id",
-        "not-accepted", "too-few-commits", "too-many-commits", "path-outside",
+        "no-transaction",
+        "wrong-grant-id",
+        "wrong-policy-id",
+        "missing-grant-id",
+        "not-accepted",
+        "too-few-commits",
+        "too-many-commits",
+        "path-outside",
         "git-path",
     ],
 )

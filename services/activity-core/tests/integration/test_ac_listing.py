@@ -10,8 +10,9 @@ from ac_testkit import AppClient, SeededQueue
 async def test_list_filters(api: AppClient, seeded: SeededQueue) -> None:
     a = await seeded.run(labels=["automated", "brief"], target_repo="research/briefs")
     b = await seeded.run(labels=["automated"], target_repo="ops/maintenance")
-    c = await seeded.run(labels=["brief"], target_repo="research/briefs", state="failed",
-                         claim_owner="w", attempt=1)
+    c = await seeded.run(
+        labels=["brief"], target_repo="research/briefs", state="failed", claim_owner="w", attempt=1
+    )
     h = api.operator_headers()
 
     async def ids(params: dict[str, object]) -> set[str]:
@@ -30,9 +31,7 @@ async def test_list_filters(api: AppClient, seeded: SeededQueue) -> None:
     assert await ids({"activity_definition_id": str(uuid.uuid4())}) == set()
 
 
-async def test_keyset_pagination_visits_every_run_once(
-    api: AppClient, seeded: SeededQueue
-) -> None:
+async def test_keyset_pagination_visits_every_run_once(api: AppClient, seeded: SeededQueue) -> None:
     created = {str(r) for r in await seeded.runs(23)}
     seen: list[str] = []
     cursor = None

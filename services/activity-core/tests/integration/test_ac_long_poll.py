@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from ac_testkit import AppClient, SeededQueue
+from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME
 
 
 async def test_a_waiting_claim_wakes_when_a_run_is_emitted(
@@ -72,3 +73,29 @@ def _claim_transactions(api: AppClient) -> float:
     registry = api.app.state.metrics.registry
     value = registry.get_sample_value("ops_run_claim_seconds_count")
     return float(value or 0)
+
+
+async def test_long_poll_recovers_when_the_listener_connection_is_killed(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    killed = await seeded.conn.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND datname = current_database()",
+        LISTENER_APPLICATION_NAME,
+    )
+    assert killed == 1
+    for _ in range(50):  # the listener reconnects after its back-off (1 s)
+        await asyncio.sleep(0.1)
+        back = await seeded.conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+            "AND datname = current_database()",
+            LISTENER_APPLICATION_NAME,
+        )
+        if back:
+            break
+    waiting = asyncio.create_task(api.claim(wait_seconds=10))
+    await asyncio.sleep(0.3)
+    run_id = await seeded.run()
+    response = await asyncio.wait_for(waiting, 5)
+    assert [run["id"] for run in response.json()["runs"]] == [str(run_id)]

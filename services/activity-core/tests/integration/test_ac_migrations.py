@@ -79,8 +79,8 @@ async def _plan(conn: asyncpg.Connection, sql: str, *args: object) -> str:
 async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     db: asyncpg.Connection,
 ) -> None:
-    from activity_core.queue import queries
     from ac_testkit import SeededQueue
+    from activity_core.queue import queries
 
     definition = await SeededQueue(db).definition()
     await db.execute(

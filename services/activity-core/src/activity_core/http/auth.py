@@ -92,7 +92,8 @@ class Authenticator:
                 if self._allow_unauth
                 else "no worker credentials configured: claim/heartbeat/complete/fail are refused; "
                 "set ACTIVITY_CORE_WORKER_TOKEN + ACTIVITY_CORE_WORKER_ID, "
-                "ACTIVITY_CORE_WORKER_CREDENTIALS_FILE, or ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1"
+                "ACTIVITY_CORE_WORKER_CREDENTIALS_FILE, "
+                "or ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1"
             )
         if self._operator_digest is None:
             notes.append(

@@ -38,11 +38,7 @@ def _operator_token(
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
     x_operator_token: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str | None:
-    return (
-        x_operator_token
-        or bearer_token(authorization)
-        or request.cookies.get("ops_session")
-    )
+    return x_operator_token or bearer_token(authorization) or request.cookies.get("ops_session")
 
 
 Queue = Annotated[QueueService, Depends(_queue)]

@@ -17,16 +17,25 @@ from .responses import error_response
 
 log = logging.getLogger("activity_core.http")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 401: "unauthenticated",
-               403: "forbidden"}
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    401: "unauthenticated",
+    403: "forbidden",
+}
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     out = []
     for err in exc.errors():
         loc = [part for part in err.get("loc", ()) if part != "body"]
-        out.append({"loc": loc, "msg": str(err.get("msg", "invalid")),
-                    "type": str(err.get("type", "value_error"))})
+        out.append(
+            {
+                "loc": loc,
+                "msg": str(err.get("msg", "invalid")),
+                "type": str(err.get("type", "value_error")),
+            }
+        )
     return out
 
 

@@ -96,7 +96,9 @@ async def expire_leases(queue: Queue, auth: Auth, token: OperatorToken) -> dict[
 
 
 @router.get("/{run_id}", response_model=OpsRun, responses=_errors(401, 403, 404, 422, 503))
-async def get_run(run_id: uuid.UUID, queue: Queue, auth: Auth, token: OperatorToken) -> dict[str, Any]:
+async def get_run(
+    run_id: uuid.UUID, queue: Queue, auth: Auth, token: OperatorToken
+) -> dict[str, Any]:
     auth.require_operator(token)
     return await queue.get(run_id)
 

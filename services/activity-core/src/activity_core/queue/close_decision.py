@@ -6,13 +6,18 @@ The order of refusals is the one the interface decisions fix: missing row, termi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ops_contracts import CloseAction, RefusalCode, RunState, TERMINAL_STATES
+from ops_contracts import TERMINAL_STATES, CloseAction, RefusalCode, RunState
 
 from .grant_evidence import grant_evidence_problem
+
+
+class Row(Protocol):
+    """A locked ops_runs row as the driver returns it (asyncpg.Record, or a dict in tests)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,7 @@ class ReopenRun:
 CloseDecision = Refuse | Reconcile | ApplyTerminal | ReopenRun
 
 
-def decide_close(
-    row: Mapping[str, Any] | None, request: CloseRequest, *, max_attempts: int
-) -> CloseDecision:
+def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -> CloseDecision:
     if row is None:
         return Refuse(RefusalCode.not_found, "no ops run with this id")
 
@@ -89,7 +92,7 @@ def decide_close(
     return ApplyTerminal(RunState.failed)
 
 
-def decide_heartbeat(row: Mapping[str, Any] | None, worker_id: str) -> Refuse | None:
+def decide_heartbeat(row: Row | None, worker_id: str) -> Refuse | None:
     """None when the lease may be extended."""
     if row is None:
         return Refuse(RefusalCode.not_found, "no ops run with this id")

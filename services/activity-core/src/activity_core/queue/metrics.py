@@ -11,29 +11,41 @@ class QueueMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.runs_by_state = Gauge(
-            "ops_runs", "ops runs by state (read at scrape time)", ["state"],
+            "ops_runs",
+            "ops runs by state (read at scrape time)",
+            ["state"],
             registry=self.registry,
         )
         self.claimed = Counter(
             "ops_runs_claimed", "runs handed out by claims", registry=self.registry
         )
         self.closes = Counter(
-            "ops_run_closes", "accepted closes by action and disposition",
-            ["action", "disposition"], registry=self.registry,
+            "ops_run_closes",
+            "accepted closes by action and disposition",
+            ["action", "disposition"],
+            registry=self.registry,
         )
         self.refusals = Counter(
-            "ops_run_refusals", "refused queue requests by code", ["code"],
+            "ops_run_refusals",
+            "refused queue requests by code",
+            ["code"],
             registry=self.registry,
         )
         self.claim_latency = Histogram(
-            "ops_run_claim_seconds", "claim transaction latency",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+            "ops_run_claim_seconds",
+            "claim transaction latency",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.close_latency = Histogram(
-            "ops_run_close_seconds", "close transaction latency",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+            "ops_run_close_seconds",
+            "close transaction latency",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.leases_ended = Counter(
-            "ops_run_leases_ended", "stale leases ended, by outcome (reopened or expired)",
-            ["outcome"], registry=self.registry,
+            "ops_run_leases_ended",
+            "stale leases ended, by outcome (reopened or expired)",
+            ["outcome"],
+            registry=self.registry,
         )

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from ops_contracts import (
     CloseAction,
@@ -99,7 +100,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         created, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
         return datetime.fromisoformat(created), uuid.UUID(ident)
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise QueueRefusal(RefusalCode.invalid_request, "cursor is not one this API issued") from exc
+        raise QueueRefusal(
+            RefusalCode.invalid_request, "cursor is not one this API issued"
+        ) from exc
 
 
 class QueueService:
@@ -117,7 +120,7 @@ class QueueService:
         self._signal = signal
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         try:
             async with self._pool.acquire() as conn:
                 yield conn
@@ -154,8 +157,11 @@ class QueueService:
         for row in rows:
             log.info(
                 "run claimed",
-                extra={"run_id": str(row["id"]), "worker_id": spec.worker_id,
-                       "attempt": row["attempt"]},
+                extra={
+                    "run_id": str(row["id"]),
+                    "worker_id": spec.worker_id,
+                    "attempt": row["attempt"],
+                },
             )
         return [project(r) for r in rows]
 
@@ -166,13 +172,18 @@ class QueueService:
             log.info(
                 "stale lease %s",
                 outcome,
-                extra={"run_id": str(row["id"]), "worker_id": row["claim_owner"],
-                       "trigger": trigger},
+                extra={
+                    "run_id": str(row["id"]),
+                    "worker_id": row["claim_owner"],
+                    "trigger": trigger,
+                },
             )
 
     # -- heartbeat -----------------------------------------------------------------------
 
-    async def heartbeat(self, run_id: uuid.UUID, worker_id: str, lease_seconds: int) -> dict[str, Any]:
+    async def heartbeat(
+        self, run_id: uuid.UUID, worker_id: str, lease_seconds: int
+    ) -> dict[str, Any]:
         async with self._connection() as conn, conn.transaction():
             row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
             refusal = decide_heartbeat(row, worker_id)
@@ -190,7 +201,10 @@ class QueueService:
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = normalize_result(raw_result)
         intent = CloseIntent(
-            action=CloseAction.complete, worker_id=worker_id, result=result, error=None,
+            action=CloseAction.complete,
+            worker_id=worker_id,
+            result=result,
+            error=None,
             reopen=False,
         )
         return await self._close(run_id, intent)
@@ -206,8 +220,11 @@ class QueueService:
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = None if raw_result is None else normalize_result(raw_result)
         intent = CloseIntent(
-            action=CloseAction.fail, worker_id=worker_id, result=result,
-            error=sanitize_error(error), reopen=reopen,
+            action=CloseAction.fail,
+            worker_id=worker_id,
+            result=result,
+            error=sanitize_error(error),
+            reopen=reopen,
         )
         return await self._close(run_id, intent)
 
@@ -254,12 +271,17 @@ class QueueService:
             "run %s %s",
             intent.action.value,
             disposition.value,
-            extra={"run_id": str(run_id), "worker_id": intent.worker_id,
-                   "disposition": disposition.value},
+            extra={
+                "run_id": str(run_id),
+                "worker_id": intent.worker_id,
+                "disposition": disposition.value,
+            },
         )
         return project(updated), disposition
 
-    def _refuse(self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str) -> QueueRefusal:
+    def _refuse(
+        self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str
+    ) -> QueueRefusal:
         self._metrics.refusals.labels(code=refusal.code.value).inc()
         log.info(
             "%s refused: %s",

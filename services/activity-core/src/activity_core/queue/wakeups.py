@@ -19,6 +19,14 @@ import asyncpg
 log = logging.getLogger("activity_core.wakeups")
 
 CHANNEL = "ops_runs_open"
+LISTENER_APPLICATION_NAME = "activity-core-listener"
+
+
+def _set_when_called(event: asyncio.Event) -> Any:
+    def callback(*_: Any) -> None:
+        event.set()
+
+    return callback
 
 
 class WakeToken:
@@ -72,9 +80,11 @@ class OpenRunSignal:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self._dsn)
+                conn = await asyncpg.connect(
+                    self._dsn, server_settings={"application_name": LISTENER_APPLICATION_NAME}
+                )
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(_set_when_called(lost))
                 await conn.add_listener(CHANNEL, self._on_notify)
                 self._listening.set()
                 # Anything opened while we were not listening: let waiters look again.
