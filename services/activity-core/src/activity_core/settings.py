@@ -52,6 +52,12 @@ class ActivityCoreSettings(BaseSettings):
         default="state-hub", alias="ACTIVITY_CORE_ISSUE_SINK"
     )
     state_hub_url: str | None = Field(default=None, alias="STATE_HUB_URL")
+    require_harness_profile: bool = Field(
+        default=False, alias="ACTIVITY_CORE_REQUIRE_HARNESS_PROFILE"
+    )
+    forgejo_web_base: str = Field(
+        default="https://forgejo.coulomb.social", alias="FORGEJO_WEB_BASE"
+    )
     temporal_address: str | None = Field(default=None, alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
     temporal_task_queue: str = Field(default="activity-core", alias="TEMPORAL_TASK_QUEUE")
