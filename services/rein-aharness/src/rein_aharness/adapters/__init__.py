@@ -1,0 +1,1 @@
+"""Adapters to peers: Activity Core's queue API over HTTP."""

@@ -1,0 +1,221 @@
+"""Activity Core's claim-queue API, as the worker speaks it.
+
+Every request carries `Authorization: Bearer <ACTIVITY_CORE_WORKER_TOKEN>` (none when
+the token is unset, for a local queue that allows unauthenticated mutations). Answers
+are translated at this edge:
+
+| response                                         | raised                       | retried |
+| ------------------------------------------------ | ---------------------------- | ------- |
+| transport failure / timeout                      | QueueTransportError          | yes     |
+| 5xx                                              | QueueUnavailableError        | yes     |
+| 401, 403                                         | QueueAuthError               | no      |
+| close: documented conclusive code and its status | CloseRefusedError            | no      |
+| claim/heartbeat: documented refusal and status   | QueueRefusedError            | no      |
+| any other non-2xx                                | QueueRejectedError           | no      |
+| 2xx that is not the documented body              | QueueProtocolError           | no      |
+
+A conclusive code counts only with the status the interface assigns it (404
+`not_found`, 409 for the others): a proxy's 404 page must not quarantine a close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from ops_contracts import (
+    CONCLUSIVE_CLOSE_REFUSALS,
+    REFUSAL_HTTP_STATUS,
+    ClaimResponse,
+    CloseResponse,
+    LabelsMode,
+    OpsRun,
+    RefusalCode,
+)
+from rein_aharness.adapters.queue_errors import (
+    QueueAuthError,
+    QueueProtocolError,
+    QueueRefusedError,
+    QueueRejectedError,
+    QueueTransportError,
+    QueueUnavailableError,
+)
+from rein_aharness.adapters.retry import RetryPolicy, with_retries
+from rein_aharness.outbox.errors import CloseRefusedError
+
+__all__ = ["ActivityCoreQueueClient"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_USER_AGENT = "rein-aharness/0.1"
+# A claim may long-poll for up to wait_seconds; the read timeout must outlast it.
+_LONG_POLL_MARGIN_SECONDS = 10.0
+
+
+class ActivityCoreQueueClient:
+    """Async client for `/ops-runs/*`; use as `async with` (or call `aclose`).
+
+    `transport` is injectable (tests pass respx's or an `httpx.MockTransport`).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_seconds: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._timeout = timeout_seconds
+        self._retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 10.0)),
+            follow_redirects=False,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- endpoints -------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        labels: Sequence[str] | None = None,
+        labels_mode: LabelsMode | str = LabelsMode.any,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: int = 0,
+    ) -> list[OpsRun]:
+        body: dict[str, Any] = {
+            "worker_id": worker_id,
+            "labels_mode": LabelsMode(labels_mode).value,
+            "limit": limit,
+            "wait_seconds": wait_seconds,
+        }
+        if labels is not None:
+            body["labels"] = list(labels)
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        timeout = max(self._timeout, wait_seconds + _LONG_POLL_MARGIN_SECONDS)
+        response = await self._post("/ops-runs/claim", body, ClaimResponse, timeout=timeout)
+        return response.runs
+
+    async def heartbeat(
+        self, run_id: str, worker_id: str, lease_seconds: int | None = None
+    ) -> OpsRun:
+        body: dict[str, Any] = {"worker_id": worker_id}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        return await self._post(_run_path(run_id, "heartbeat"), body, OpsRun)
+
+    async def complete(self, run_id: str, worker_id: str, result: dict[str, Any]) -> CloseResponse:
+        body = {"worker_id": worker_id, "result": result}
+        return await self._post(_run_path(run_id, "complete"), body, CloseResponse, close=True)
+
+    async def fail(
+        self,
+        run_id: str,
+        worker_id: str,
+        error: str,
+        reopen: bool = False,
+        result: dict[str, Any] | None = None,
+    ) -> CloseResponse:
+        body: dict[str, Any] = {"worker_id": worker_id, "error": error, "reopen": reopen}
+        if result is not None:
+            body["result"] = result
+        return await self._post(_run_path(run_id, "fail"), body, CloseResponse, close=True)
+
+    # -- plumbing --------------------------------------------------------------------
+
+    async def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        model: type[M],
+        *,
+        close: bool = False,
+        timeout: float | None = None,
+    ) -> M:
+        async def once() -> M:
+            try:
+                response = await self._http.post(
+                    path,
+                    json=body,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as exc:
+                raise QueueTransportError(
+                    f"activity-core unreachable: {type(exc).__name__}"
+                ) from exc
+            if response.is_success:
+                try:
+                    return model.model_validate_json(response.content)
+                except ValidationError as exc:
+                    raise QueueProtocolError(
+                        f"activity-core answered {response.status_code} with an unexpected body",
+                        status=response.status_code,
+                    ) from exc
+            raise _translate_refusal(response, close=close)
+
+        return await with_retries(self._retry, once)
+
+
+def _run_path(run_id: str, action: str) -> str:
+    return f"/ops-runs/{quote(run_id, safe='')}/{action}"
+
+
+def _refusal_code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    return code[:64] if isinstance(code, str) else None
+
+
+def _translate_refusal(response: httpx.Response, *, close: bool) -> Exception:
+    status = response.status_code
+    code = _refusal_code(response)
+    where = f"activity-core answered {status}" + (f" {code}" if code else "")
+    if status >= 500:
+        return QueueUnavailableError(where, status=status, code=code)
+    if status in (401, 403):
+        return QueueAuthError(where, status=status, code=code)
+    refusal = _documented_refusal(code, status)
+    if refusal is not None and refusal in CONCLUSIVE_CLOSE_REFUSALS:
+        if close:
+            return CloseRefusedError(refusal, status)
+        return QueueRefusedError(where, status=status, code=code)
+    return QueueRejectedError(where, status=status, code=code)
+
+
+def _documented_refusal(code: str | None, status: int) -> RefusalCode | None:
+    """The refusal code, if it is one of ours and came with its documented status."""
+    if code is None or code not in RefusalCode.__members__:
+        return None
+    refusal = RefusalCode(code)
+    return refusal if REFUSAL_HTTP_STATUS[refusal] == status else None

@@ -1,0 +1,68 @@
+"""Everything the queue client raises besides a conclusive close refusal.
+
+Messages carry the HTTP status and the machine `code` only. The server's `detail`
+text and any response body stay out: exception messages end up in logs, and the
+outbox keeps only an exception's class name.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "QueueAuthError",
+    "QueueError",
+    "QueueProtocolError",
+    "QueueRefusedError",
+    "QueueRejectedError",
+    "QueueTransientError",
+    "QueueTransportError",
+    "QueueUnavailableError",
+]
+
+
+class QueueError(Exception):
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        self.status = status
+        self.code = code
+        super().__init__(message)
+
+
+class QueueTransientError(QueueError):
+    """Activity Core could not be reached or answered 5xx, after the bounded retries.
+
+    An outbox entry that meets this stays pending.
+    """
+
+
+class QueueTransportError(QueueTransientError):
+    """Connect, read or write failure, or a timeout: no HTTP response at all."""
+
+
+class QueueUnavailableError(QueueTransientError):
+    """A 5xx response."""
+
+
+class QueueAuthError(QueueError):
+    """401 `unauthenticated` or 403 `forbidden` / `worker_identity_mismatch`.
+
+    A configuration problem, so never retried; an outbox entry stays pending until the
+    credentials are fixed.
+    """
+
+
+class QueueRefusedError(QueueError):
+    """A documented refusal code on claim or heartbeat (e.g. `expired_lease`).
+
+    Closes raise `rein_aharness.outbox.CloseRefusedError` instead.
+    """
+
+
+class QueueRejectedError(QueueError):
+    """Any other non-2xx: `invalid_request`, `request_too_large`, or a status and body
+    that do not match the documented refusal table (a proxy's 404 page, say).
+
+    Unclassified, so a close that meets it stays pending rather than being quarantined.
+    """
+
+
+class QueueProtocolError(QueueError):
+    """A 2xx whose body is not the documented shape."""

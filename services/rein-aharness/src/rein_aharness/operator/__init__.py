@@ -1,0 +1,1 @@
+"""Operator controls: `rein-aharness close-outbox status|replay`."""

@@ -1,0 +1,145 @@
+"""Render an outbox snapshot (and a replay report) as a table or as stable JSON.
+
+JSON shape (`format` versions it; keys are sorted; `replay` is null for status)::
+
+    {"format": "rein-aharness/close-outbox-report/v1",
+     "root": "/.../close-outbox",
+     "counts": {"pending": 1, "delivered": 12, "quarantined": 1},
+     "entries": [{"state": "pending" | "quarantined", "name": "<file>", "key": ...,
+                  "run_id": ..., "action": "complete" | "fail" | null,
+                  "attempts": 2, "last_failure_class": "QueueTransportError" | null,
+                  "age_seconds": 95, "reason": null | "<quarantine reason>",
+                  "code": null | "<refusal code>"}],
+     "replay": null | {"attempted": 3, "delivered": 1, "failed": 1, "quarantined": 1,
+                       "skipped": 0, "invalid_quarantined": 0, "pruned": 0,
+                       "stopped_early": false}}
+
+Fields an unreadable record cannot provide are null.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rein_aharness.outbox.replay import ReplayReport
+from rein_aharness.outbox.store import EntrySummary, OutboxSnapshot
+
+__all__ = ["REPORT_FORMAT", "format_age", "render_json", "render_table", "report_dict"]
+
+REPORT_FORMAT = "rein-aharness/close-outbox-report/v1"
+
+_COLUMNS = ("STATE", "RUN ID", "ACTION", "ATTEMPTS", "LAST FAILURE", "AGE", "REASON")
+
+
+def _age_seconds(entry: EntrySummary, snapshot: OutboxSnapshot) -> int | None:
+    if entry.created_at is None:
+        return None
+    return max(0, int((snapshot.taken_at - entry.created_at).total_seconds()))
+
+
+def format_age(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def report_dict(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> dict[str, Any]:
+    entries = [*snapshot.pending, *snapshot.quarantined]
+    return {
+        "format": REPORT_FORMAT,
+        "root": str(snapshot.root),
+        "counts": {
+            "pending": len(snapshot.pending),
+            "delivered": snapshot.delivered_count,
+            "quarantined": len(snapshot.quarantined),
+        },
+        "entries": [
+            {
+                "state": entry.state,
+                "name": entry.name,
+                "key": entry.key,
+                "run_id": entry.run_id,
+                "action": entry.action,
+                "attempts": entry.attempts,
+                "last_failure_class": entry.last_failure_class,
+                "age_seconds": _age_seconds(entry, snapshot),
+                "reason": entry.reason,
+                "code": entry.code,
+            }
+            for entry in entries
+        ],
+        "replay": None if replay is None else _replay_dict(replay),
+    }
+
+
+def _replay_dict(replay: ReplayReport) -> dict[str, Any]:
+    return {
+        "attempted": len(replay.outcomes) - replay.count("skipped"),
+        "delivered": replay.count("delivered"),
+        "failed": replay.count("failed"),
+        "quarantined": replay.count("quarantined"),
+        "skipped": replay.count("skipped"),
+        "invalid_quarantined": replay.invalid_quarantined,
+        "pruned": replay.pruned,
+        "stopped_early": replay.stopped_early,
+    }
+
+
+def render_json(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> str:
+    return json.dumps(report_dict(snapshot, replay), sort_keys=True, indent=2)
+
+
+def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> str:
+    data = report_dict(snapshot, replay)
+    counts = data["counts"]
+    lines = [f"close outbox: {data['root']}"]
+    if replay is not None:
+        summary = data["replay"]
+        lines.append(
+            "replay: {attempted} attempted, {delivered} delivered, {failed} failed, "
+            "{quarantined} quarantined (refused), {invalid_quarantined} invalid records "
+            "quarantined, {pruned} delivered records pruned".format(**summary)
+            + (
+                " - stopped early: Activity Core unreachable or refusing credentials"
+                if summary["stopped_early"]
+                else ""
+            )
+        )
+    lines.append(
+        f"pending {counts['pending']}  delivered {counts['delivered']}  "
+        f"quarantined {counts['quarantined']}"
+    )
+    if not data["entries"]:
+        return "\n".join(lines)
+    rows = [_COLUMNS]
+    for entry in data["entries"]:
+        reason = entry["reason"] or "-"
+        if entry["code"]:
+            reason = f"{reason} ({entry['code']})"
+        rows.append(
+            (
+                entry["state"],
+                entry["run_id"] or entry["name"],
+                entry["action"] or "-",
+                "-" if entry["attempts"] is None else str(entry["attempts"]),
+                entry["last_failure_class"] or "-",
+                format_age(entry["age_seconds"]),
+                reason,
+            )
+        )
+    widths = [max(len(row[index]) for row in rows) for index in range(len(_COLUMNS))]
+    lines.append("")
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""The durable close-evidence outbox (see close-evidence-outbox.md).
+
+One bounded Activity Core completion or failure intent per run and repository
+transaction, kept on local disk until the queue has accepted it.
+"""
+
+from rein_aharness.outbox.errors import (
+    CloseRefusedError,
+    InvalidCloseIntentError,
+    OutboxConflictError,
+    OutboxError,
+    OutboxPathError,
+)
+from rein_aharness.outbox.intent import KEY_DOMAIN, PreparedClose, entry_key, prepare_close
+from rein_aharness.outbox.paths import OutboxPaths, default_state_dir, resolve_outbox_root
+from rein_aharness.outbox.record import FAILURE_MARKER, OutboxRecord, QuarantineReason
+from rein_aharness.outbox.replay import DeliveryCallback, EntryOutcome, ReplayReport, replay_pending
+from rein_aharness.outbox.store import (
+    EnqueueResult,
+    EntrySummary,
+    OutboxSnapshot,
+    OutboxStore,
+    Retention,
+)
+
+__all__ = [
+    "FAILURE_MARKER",
+    "KEY_DOMAIN",
+    "CloseRefusedError",
+    "DeliveryCallback",
+    "EnqueueResult",
+    "EntryOutcome",
+    "EntrySummary",
+    "InvalidCloseIntentError",
+    "OutboxConflictError",
+    "OutboxError",
+    "OutboxPathError",
+    "OutboxPaths",
+    "OutboxRecord",
+    "OutboxSnapshot",
+    "OutboxStore",
+    "PreparedClose",
+    "QuarantineReason",
+    "ReplayReport",
+    "Retention",
+    "default_state_dir",
+    "entry_key",
+    "prepare_close",
+    "replay_pending",
+    "resolve_outbox_root",
+]

@@ -1,0 +1,67 @@
+"""What the outbox refuses, and the one exception a delivery callback raises on purpose."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, RefusalCode
+
+__all__ = [
+    "CloseRefusedError",
+    "InvalidCloseIntentError",
+    "OutboxConflictError",
+    "OutboxError",
+    "OutboxPathError",
+]
+
+
+class OutboxError(Exception):
+    """Base of every error the outbox raises itself."""
+
+
+class OutboxPathError(OutboxError):
+    """The state tree cannot be created, or is not the private tree it must be."""
+
+
+class InvalidCloseIntentError(OutboxError):
+    """The close intent is not a bounded v1 intent; nothing was written.
+
+    `problems` are short, fixed descriptions with JSON paths (`$.result.x: string too
+    long`), never the offending values.
+    """
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)[:20]
+        super().__init__("invalid close intent: " + "; ".join(self.problems))
+
+
+class OutboxConflictError(OutboxError):
+    """The entry key is already used by a different intent; the new one is refused.
+
+    `fields` names what differs (`worker_id`, `action`, `result`, `error`, `reopen`);
+    no value is repeated in the message.
+    """
+
+    def __init__(self, key: str, state: str, fields: Iterable[str]) -> None:
+        self.key = key
+        self.state = state
+        self.fields: tuple[str, ...] = tuple(fields)
+        super().__init__(
+            f"close outbox entry {key} ({state}) already holds a different intent: "
+            f"{', '.join(self.fields)} differ"
+        )
+
+
+class CloseRefusedError(Exception):
+    """Raised by a delivery callback when Activity Core refused the close conclusively.
+
+    Only the six conclusive close codes are accepted: a refusal that retrying might
+    overcome (auth, validation, 5xx) is not this error, and stays pending.
+    """
+
+    def __init__(self, code: RefusalCode, status: int | None = None) -> None:
+        if code not in CONCLUSIVE_CLOSE_REFUSALS:
+            raise ValueError(f"{code!s} is not a conclusive close refusal")
+        self.code = RefusalCode(code)
+        self.status = status
+        super().__init__(f"close refused: {self.code.value}")

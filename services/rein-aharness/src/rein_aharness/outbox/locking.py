@@ -1,0 +1,67 @@
+"""Process-safe advisory locks (`flock`) on files in the outbox root.
+
+`flock` locks belong to an open file description, so every acquisition opens the lock
+file afresh: two threads or two tasks of one process then exclude each other exactly
+like two processes do. The kernel drops the lock when the holder dies, SIGKILL
+included, so a crashed worker never leaves the outbox locked.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import anyio
+
+from rein_aharness.outbox.paths import FILE_MODE
+
+__all__ = ["hold_lock", "hold_lock_async"]
+
+_POLL_SECONDS = 0.05
+
+
+def _open_lock_file(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def hold_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """Block until the lock is held; release it on exit."""
+    fd = _open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@asynccontextmanager
+async def hold_lock_async(path: Path) -> AsyncIterator[None]:
+    """Exclusive lock acquired by polling with LOCK_NB, so waiting stays cancellable.
+
+    A blocking flock in a worker thread could not be abandoned on cancellation without
+    leaking a descriptor that would hold the lock for the rest of the process's life.
+    """
+    fd = _open_lock_file(path)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            await anyio.sleep(_POLL_SECONDS)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,592 @@
+"""The outbox store: enqueue, inspect, and the state transitions replay drives.
+
+Layout under the root (all directories 0700, all files 0600)::
+
+    store.lock            flock held briefly around every read-modify-write
+    replay.lock           flock held across a whole replay pass (see replay.py)
+    pending/<key>.json    entries waiting for delivery (state "pending")
+    delivered/<key>.json  entries whose close Activity Core accepted (state "delivered")
+    quarantine/<name>     records that must not be delivered automatically, moved intact,
+    quarantine/<stem>.reason.json   each with a bounded reason sidecar
+
+Every method that changes the tree holds `store.lock` and writes through
+`durable.write_atomic`, so each transition has one commit point:
+
+* enqueue: the replace of `pending/<key>.json`;
+* attempt / failure: the replace of `pending/<key>.json` with the new counters;
+* delivered: the replace of `delivered/<key>.json` (state "delivered"); removing
+  `pending/<key>.json` afterwards only finishes the move. A crash between the two leaves
+  both files; the next scan sees an identical delivered record and completes the move
+  without calling the callback again;
+* quarantine: the sidecar is written first, then the record is renamed intact, so a
+  quarantined record always has its reason. A crash between the two leaves the record
+  where it was, to be judged again.
+
+Retention: quarantine is never pruned. `delivered/` keeps every record delivered in the
+last 7 days and, beyond that, the newest 1,000; older ones are removed at the end of
+each replay pass (`prune_delivered`). A pruned identity enqueued again becomes a new
+pending entry, which Activity Core answers with `reconciled`.
+
+Names starting with `.tmp-` are reserved for temp files. They are written only under
+`store.lock`, so one found while holding it is a crash leftover and is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from ops_contracts import CloseAction, CloseDisposition, RefusalCode, canonical_json
+from rein_aharness.outbox.durable import (
+    fsync_dir,
+    is_temp_name,
+    move_no_clobber,
+    read_bounded,
+    unlink_durable,
+    write_atomic,
+)
+from rein_aharness.outbox.errors import OutboxConflictError
+from rein_aharness.outbox.intent import PreparedClose, prepare_close
+from rein_aharness.outbox.locking import hold_lock
+from rein_aharness.outbox.paths import OutboxPaths
+from rein_aharness.outbox.record import (
+    MAX_RECORD_BYTES,
+    DeliveryFailure,
+    EntryState,
+    OutboxRecord,
+    QuarantineReason,
+    RecordProblem,
+    encode_record,
+    entry_name,
+    key_from_name,
+    parse_record,
+)
+
+__all__ = [
+    "SIDECAR_FORMAT",
+    "SIDECAR_SUFFIX",
+    "EnqueueResult",
+    "EntrySummary",
+    "OutboxSnapshot",
+    "OutboxStore",
+    "ReplayPlan",
+    "Retention",
+    "sidecar_name",
+]
+
+SIDECAR_SUFFIX = ".reason.json"
+SIDECAR_FORMAT = "rein-aharness/close-outbox-quarantine-reason/v1"
+_MAX_SIDECAR_BYTES = 8 * 1024
+_MAX_NAME_CHARS = 300
+
+StoreState = Literal["pending", "delivered", "quarantined"]
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Delivered records older than `max_age` and beyond the newest `keep_newest` go."""
+
+    max_age: timedelta = timedelta(days=7)
+    keep_newest: int = 1000
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """The state the identity is in after enqueue; `created` when this call wrote it."""
+
+    state: StoreState
+    record: OutboxRecord
+    created: bool
+
+
+@dataclass(frozen=True)
+class EntrySummary:
+    """One pending or quarantined item, as status shows it."""
+
+    state: StoreState
+    name: str
+    key: str | None
+    run_id: str | None
+    action: str | None
+    attempts: int | None
+    last_failure_class: str | None
+    created_at: datetime | None
+    reason: str | None
+    code: str | None
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Deliverable entries, oldest first, and how many invalid records were quarantined."""
+
+    deliverable: list[OutboxRecord]
+    quarantined: int
+
+
+@dataclass(frozen=True)
+class OutboxSnapshot:
+    root: Path
+    taken_at: datetime
+    pending: tuple[EntrySummary, ...]
+    delivered_count: int
+    quarantined: tuple[EntrySummary, ...]
+
+
+def sidecar_name(entry: str) -> str:
+    stem = entry[: -len(".json")] if entry.endswith(".json") else entry
+    return stem + SIDECAR_SUFFIX
+
+
+def _display_name(name: str) -> str:
+    """A printable, bounded rendering of a file name (which may not be valid UTF-8)."""
+    raw = os.fsencode(name)
+    text = raw.decode("utf-8", "backslashreplace")
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
+    return text[:_MAX_NAME_CHARS]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class OutboxStore:
+    """One outbox root. Safe to use from several threads and processes at once."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        retention: Retention | None = None,
+    ) -> None:
+        self.paths = OutboxPaths(root)
+        self._clock = clock
+        self._retention = retention or Retention()
+        self.paths.ensure()
+        # Create both lock files now, so they exist with mode 0600 from the start.
+        for lock in (self.paths.store_lock, self.paths.replay_lock):
+            with hold_lock(lock, shared=True):
+                pass
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    def enqueue_close(
+        self,
+        *,
+        run_id: str,
+        transaction_id: str | None,
+        worker_id: str,
+        action: CloseAction | str,
+        result: dict[str, Any] | None,
+        error: str | None = None,
+        reopen: bool = False,
+    ) -> EnqueueResult:
+        """Build the bounded v1 intent (see intent.prepare_close) and enqueue it."""
+        return self.enqueue(
+            prepare_close(
+                run_id=run_id,
+                transaction_id=transaction_id,
+                worker_id=worker_id,
+                action=action,
+                result=result,
+                error=error,
+                reopen=reopen,
+            )
+        )
+
+    def enqueue(self, prepared: PreparedClose) -> EnqueueResult:
+        """Durably record the intent, or return the state its identity is already in.
+
+        Identical intent already pending or delivered: that state, nothing written. A
+        different worker, action, result, error or reopen under the same identity:
+        OutboxConflictError. An unreadable record under the key is quarantined first
+        and does not block the new intent (it is kept for the operator; its intent
+        cannot be known). A readable quarantined record under the key is reported
+        (identical: state "quarantined", nothing written) or refused (different).
+        """
+        name = entry_name(prepared.key)
+        with self._locked():
+            for state in ("pending", "delivered"):
+                directory = self._dir(state)
+                if not os.path.lexists(directory / name):
+                    continue
+                try:
+                    existing = self._read(directory, name, state)
+                except RecordProblem as problem:
+                    self._quarantine(directory, name, state, problem.reason)
+                    continue
+                return self._existing(state, existing, prepared)
+            quarantined = self._read_quarantined(name)
+            if quarantined is not None:
+                return self._existing("quarantined", quarantined, prepared)
+            record = OutboxRecord(
+                key=prepared.key,
+                state="pending",
+                run_id=prepared.run_id,
+                transaction_id=prepared.transaction_id,
+                intent=prepared.intent,
+                intent_digest=prepared.intent_digest,
+                created_at=self._clock(),
+                attempts=0,
+            )
+            self._write(record)
+            return EnqueueResult(state="pending", record=record, created=True)
+
+    @staticmethod
+    def _existing(
+        state: StoreState, existing: OutboxRecord, prepared: PreparedClose
+    ) -> EnqueueResult:
+        if existing.intent_digest == prepared.intent_digest and (
+            existing.run_id,
+            existing.transaction_id,
+        ) == (prepared.run_id, prepared.transaction_id):
+            return EnqueueResult(state=state, record=existing, created=False)
+        old, new = existing.intent, prepared.intent
+        fields = [
+            field
+            for field in ("worker_id", "action", "result", "error", "reopen")
+            if getattr(old, field) != getattr(new, field)
+        ]
+        raise OutboxConflictError(existing.key, state, fields or ["intent"])
+
+    # -- inspection ------------------------------------------------------------------
+
+    def snapshot(self) -> OutboxSnapshot:
+        """A consistent read-only view: pending and quarantined items, delivered count."""
+        with hold_lock(self.paths.store_lock, shared=True):
+            pending: list[EntrySummary] = []
+            for name in self._names(self.paths.pending):
+                try:
+                    record = self._read(self.paths.pending, name, "pending")
+                except RecordProblem as problem:
+                    pending.append(self._summary("pending", name, None, problem.reason, None))
+                    continue
+                if self._delivered_twin(record) is not None:
+                    continue  # an interrupted move: it is delivered
+                pending.append(self._summary("pending", name, record, None, None))
+            delivered = sum(1 for _ in self._names(self.paths.delivered))
+            quarantined = [self._quarantine_summary(name) for name in self._quarantine_names()]
+        pending.sort(key=_age_order)
+        quarantined.sort(key=_age_order)
+        return OutboxSnapshot(
+            root=self.paths.root,
+            taken_at=self._clock(),
+            pending=tuple(pending),
+            delivered_count=delivered,
+            quarantined=tuple(quarantined),
+        )
+
+    def _quarantine_summary(self, name: str) -> EntrySummary:
+        record = self._read_quarantined(name)
+        reason: str | None = None
+        code: str | None = None
+        sidecar = self._read_sidecar(sidecar_name(name))
+        if sidecar is not None:
+            reason = _bounded_str(sidecar.get("reason"))
+            code = _bounded_str(sidecar.get("code"))
+        return self._summary("quarantined", name, record, reason or "missing_reason", code)
+
+    @staticmethod
+    def _summary(
+        state: StoreState,
+        name: str,
+        record: OutboxRecord | None,
+        reason: str | None,
+        code: str | None,
+    ) -> EntrySummary:
+        failure = record.last_failure if record is not None else None
+        return EntrySummary(
+            state=state,
+            name=_display_name(name),
+            key=record.key if record is not None else key_from_name(name),
+            run_id=record.run_id if record is not None else None,
+            action=record.intent.action.value if record is not None else None,
+            attempts=record.attempts if record is not None else None,
+            last_failure_class=failure.exception_class if failure is not None else None,
+            created_at=record.created_at if record is not None else None,
+            reason=reason,
+            code=code,
+        )
+
+    # -- replay transitions ----------------------------------------------------------
+
+    def prepare_replay(self) -> ReplayPlan:
+        """Tidy the tree and return the deliverable pending entries, oldest first.
+
+        Removes stray temp files, quarantines every pending record that is not valid,
+        and finishes moves to delivered/ that a crash interrupted.
+        """
+        with self._locked():
+            before = sum(1 for _ in self._quarantine_names())
+            for directory in self.paths.directories()[1:]:
+                self._remove_stray_temps(directory)
+            deliverable: list[OutboxRecord] = []
+            for name in self._names(self.paths.pending):
+                record = self._load_pending(name)
+                if record is not None:
+                    deliverable.append(record)
+            quarantined = sum(1 for _ in self._quarantine_names()) - before
+        deliverable.sort(key=lambda record: (record.created_at, record.key))
+        return ReplayPlan(deliverable=deliverable, quarantined=quarantined)
+
+    def begin_attempt(self, key: str) -> OutboxRecord | None:
+        """Durably count one more delivery attempt; None if the entry is no longer
+        deliverable (delivered, quarantined or gone meanwhile)."""
+        with self._locked():
+            record = self._load_pending(entry_name(key))
+            if record is None:
+                return None
+            updated = record.model_copy(
+                update={"attempts": record.attempts + 1, "last_attempt_at": self._clock()}
+            )
+            self._write(updated)
+            return updated
+
+    def record_failure(self, key: str, exception_class: str) -> None:
+        """Keep the entry pending, noting only the exception's class and the marker."""
+        with self._locked():
+            record = self._load_pending(entry_name(key))
+            if record is None:
+                return
+            failure = DeliveryFailure(exception_class=exception_class)
+            self._write(record.model_copy(update={"last_failure": failure}))
+
+    def mark_delivered(self, key: str, disposition: CloseDisposition | None) -> None:
+        """Commit the entry to delivered/ (state "delivered"), then drop it from pending/."""
+        name = entry_name(key)
+        with self._locked():
+            record = self._load_pending(name)
+            if record is None:
+                return
+            delivered = record.model_copy(
+                update={
+                    "state": "delivered",
+                    "delivered_at": self._clock(),
+                    "disposition": disposition,
+                }
+            )
+            self._write(delivered)
+            unlink_durable(self.paths.pending / name)
+
+    def quarantine_refused(self, key: str, code: RefusalCode) -> None:
+        """Move the entry intact to quarantine/ after a conclusive refusal."""
+        name = entry_name(key)
+        with self._locked():
+            record = self._load_pending(name)
+            if record is None:
+                return
+            self._quarantine(
+                self.paths.pending,
+                name,
+                "pending",
+                QuarantineReason.conclusive_refusal,
+                code=code.value,
+                record=record,
+            )
+
+    def prune_delivered(self) -> int:
+        """Apply the delivered/ retention; quarantine invalid delivered records."""
+        with self._locked():
+            records: list[tuple[datetime, str]] = []
+            for name in self._names(self.paths.delivered):
+                try:
+                    record = self._read(self.paths.delivered, name, "delivered")
+                except RecordProblem as problem:
+                    self._quarantine(self.paths.delivered, name, "delivered", problem.reason)
+                    continue
+                assert record.delivered_at is not None  # parse_record checks it
+                records.append((record.delivered_at, name))
+            records.sort(reverse=True)
+            horizon = self._clock() - self._retention.max_age
+            pruned = 0
+            for delivered_at, name in records[self._retention.keep_newest :]:
+                if delivered_at < horizon:
+                    os.unlink(self.paths.delivered / name)
+                    pruned += 1
+            if pruned:
+                fsync_dir(self.paths.delivered)
+            return pruned
+
+    # -- internals -------------------------------------------------------------------
+
+    def _locked(self) -> AbstractContextManager[None]:
+        return hold_lock(self.paths.store_lock)
+
+    def _dir(self, state: EntryState) -> Path:
+        return self.paths.pending if state == "pending" else self.paths.delivered
+
+    def _write(self, record: OutboxRecord) -> None:
+        write_atomic(self._dir(record.state), entry_name(record.key), encode_record(record))
+
+    @staticmethod
+    def _names(directory: Path) -> Iterator[str]:
+        for name in sorted(os.listdir(directory)):
+            if not is_temp_name(name):
+                yield name
+
+    def _quarantine_names(self) -> Iterator[str]:
+        for name in self._names(self.paths.quarantine):
+            if not name.endswith(SIDECAR_SUFFIX):
+                yield name
+
+    @staticmethod
+    def _remove_stray_temps(directory: Path) -> None:
+        for name in os.listdir(directory):
+            path = directory / name
+            if is_temp_name(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+
+    @staticmethod
+    def _read(directory: Path, name: str, state: EntryState) -> OutboxRecord:
+        path = directory / name
+        if key_from_name(name) is None:
+            raise RecordProblem(QuarantineReason.unexpected_name)
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise RecordProblem(QuarantineReason.unreadable) from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordProblem(QuarantineReason.not_regular_file)
+        try:
+            data = read_bounded(path, MAX_RECORD_BYTES)
+        except OSError as exc:
+            raise RecordProblem(QuarantineReason.unreadable) from exc
+        if data is None:
+            raise RecordProblem(QuarantineReason.oversized)
+        return parse_record(data, name=name, state=state)
+
+    def _read_quarantined(self, name: str) -> OutboxRecord | None:
+        """The record in quarantine/ if it is a valid record (in either state)."""
+        path = self.paths.quarantine / name
+        if not os.path.lexists(path):
+            return None
+        for state in ("pending", "delivered"):
+            try:
+                return self._read(self.paths.quarantine, name, state)
+            except RecordProblem:
+                continue
+        return None
+
+    def _read_sidecar(self, name: str) -> dict[str, object] | None:
+        path = self.paths.quarantine / name
+        try:
+            data = read_bounded(path, _MAX_SIDECAR_BYTES)
+            value = json.loads(data) if data is not None else None
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _load_pending(self, name: str) -> OutboxRecord | None:
+        """The valid pending record stored as `name`, after settling its fate.
+
+        Invalid records are quarantined; a record whose identical intent is already in
+        delivered/ is the remainder of an interrupted move and is removed; one whose
+        delivered twin differs is quarantined. Caller holds the store lock.
+        """
+        directory = self.paths.pending
+        if not os.path.lexists(directory / name):
+            return None
+        try:
+            record = self._read(directory, name, "pending")
+        except RecordProblem as problem:
+            self._quarantine(directory, name, "pending", problem.reason)
+            return None
+        twin_path = self.paths.delivered / name
+        if os.path.lexists(twin_path):
+            try:
+                twin = self._read(self.paths.delivered, name, "delivered")
+            except RecordProblem as problem:
+                self._quarantine(self.paths.delivered, name, "delivered", problem.reason)
+                return record
+            if _same_intent(twin, record):
+                unlink_durable(directory / name)
+            else:
+                self._quarantine(
+                    directory, name, "pending", QuarantineReason.conflicts_with_delivered
+                )
+            return None
+        return record
+
+    def _delivered_twin(self, record: OutboxRecord) -> OutboxRecord | None:
+        name = entry_name(record.key)
+        if not os.path.lexists(self.paths.delivered / name):
+            return None
+        try:
+            twin = self._read(self.paths.delivered, name, "delivered")
+        except RecordProblem:
+            return None
+        return twin if _same_intent(twin, record) else None
+
+    def _quarantine(
+        self,
+        directory: Path,
+        name: str,
+        source: EntryState,
+        reason: QuarantineReason,
+        *,
+        code: str | None = None,
+        record: OutboxRecord | None = None,
+    ) -> str:
+        """Sidecar first, then the intact rename; returns the name in quarantine/."""
+        target = self._free_quarantine_name(name)
+        sidecar: dict[str, object] = {
+            "format": SIDECAR_FORMAT,
+            "reason": reason.value,
+            "code": code,
+            "source": source,
+            "original_name": _display_name(name),
+            "key": record.key if record is not None else key_from_name(name),
+            "run_id": record.run_id if record is not None else None,
+            "attempts": record.attempts if record is not None else None,
+            "quarantined_at": self._clock().isoformat().replace("+00:00", "Z"),
+        }
+        write_atomic(self.paths.quarantine, sidecar_name(target), canonical_json(sidecar))
+        move_no_clobber(directory / name, self.paths.quarantine / target)
+        return target
+
+    def _free_quarantine_name(self, name: str) -> str:
+        """`name` itself unless quarantine/ already holds an entry there (or one that
+        shares its sidecar); then `name.<ns>`. A sidecar whose entry is absent is the
+        remainder of a quarantine a crash interrupted, and is overwritten."""
+        candidate = name
+        while (
+            candidate.endswith(SIDECAR_SUFFIX)
+            or os.path.lexists(self.paths.quarantine / candidate)
+            or any(
+                os.path.lexists(self.paths.quarantine / owner)
+                for owner in _sidecar_owners(sidecar_name(candidate))
+            )
+        ):
+            candidate = f"{name}.{time.time_ns()}"
+        return candidate
+
+
+def _same_intent(a: OutboxRecord, b: OutboxRecord) -> bool:
+    return (a.run_id, a.transaction_id, a.intent_digest) == (
+        b.run_id,
+        b.transaction_id,
+        b.intent_digest,
+    )
+
+
+def _bounded_str(value: object) -> str | None:
+    return value[:64] if isinstance(value, str) else None
+
+
+def _age_order(summary: EntrySummary) -> tuple[bool, datetime, str]:
+    created = summary.created_at or datetime.max.replace(tzinfo=UTC)
+    return (summary.created_at is None, created, summary.name)
+
+
+def _sidecar_owners(sidecar: str) -> tuple[str, str]:
+    """The two entry names whose sidecar is `sidecar` (`x.json` and `x`)."""
+    stem = sidecar[: -len(SIDECAR_SUFFIX)]
+    return (stem + ".json", stem)
