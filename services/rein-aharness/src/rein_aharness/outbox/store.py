@@ -170,6 +170,7 @@ class OutboxStore:
         self.paths = OutboxPaths(root)
         self._clock = clock
         self._retention = retention or Retention()
+        self._validated_delivered: dict[str, tuple[tuple[int, int, int], datetime]] = {}
         self.paths.ensure()
         # Create both lock files now, so they exist with mode 0600 from the start.
         for lock in (self.paths.store_lock, self.paths.replay_lock):
@@ -393,17 +394,20 @@ class OutboxStore:
             )
 
     def prune_delivered(self) -> int:
-        """Apply the delivered/ retention; quarantine invalid delivered records."""
+        """Apply the delivered/ retention; quarantine invalid delivered records.
+
+        Every delivered record is validated, but only once per file version in this
+        process (keyed by inode, mtime and size), so the worker's replay before each
+        claim costs a directory listing and a stat per record, not a parse.
+        """
         with self._locked():
             records: list[tuple[datetime, str]] = []
+            seen: dict[str, tuple[tuple[int, int, int], datetime]] = {}
             for name in self._names(self.paths.delivered):
-                try:
-                    record = self._read(self.paths.delivered, name, "delivered")
-                except RecordProblem as problem:
-                    self._quarantine(self.paths.delivered, name, "delivered", problem.reason)
-                    continue
-                assert record.delivered_at is not None  # parse_record checks it
-                records.append((record.delivered_at, name))
+                delivered_at = self._delivered_at(name, seen)
+                if delivered_at is not None:
+                    records.append((delivered_at, name))
+            self._validated_delivered = seen
             records.sort(reverse=True)
             horizon = self._clock() - self._retention.max_age
             pruned = 0
@@ -416,6 +420,31 @@ class OutboxStore:
             return pruned
 
     # -- internals -------------------------------------------------------------------
+
+    def _delivered_at(
+        self, name: str, seen: dict[str, tuple[tuple[int, int, int], datetime]]
+    ) -> datetime | None:
+        """The record's delivered_at, or None after quarantining an invalid record."""
+        directory = self.paths.delivered
+        try:
+            info = os.lstat(directory / name)
+        except OSError:
+            info = None
+        if info is not None:
+            version = (info.st_ino, info.st_mtime_ns, info.st_size)
+            cached = self._validated_delivered.get(name)
+            if cached is not None and cached[0] == version:
+                seen[name] = cached
+                return cached[1]
+        try:
+            record = self._read(directory, name, "delivered")
+        except RecordProblem as problem:
+            self._quarantine(directory, name, "delivered", problem.reason)
+            return None
+        assert record.delivered_at is not None  # parse_record checks it
+        if info is not None:
+            seen[name] = ((info.st_ino, info.st_mtime_ns, info.st_size), record.delivered_at)
+        return record.delivered_at
 
     def _locked(self) -> AbstractContextManager[None]:
         return hold_lock(self.paths.store_lock)

@@ -1,0 +1,90 @@
+"""Child process of the crash-injection tests (not a test module itself).
+
+    python crash_child.py MODE ROOT TARGET WHEN N LOG
+
+Runs one outbox operation against the store at ROOT and SIGKILLs itself at the Nth
+call of TARGET (`fsync`, `replace`, `rename`, `unlink` of the `os` module, or
+`callback`), either just `before` or just `after` that call executes. With TARGET
+`count` nothing is killed and the number of calls of each target is printed as JSON.
+The production code has no hooks for this: the `os` attributes are replaced here.
+
+MODE:
+  enqueue   enqueue three closes, printing each key once enqueue has returned
+  replay    replay with a callback that answers `applied`
+  failing   replay with a callback that raises an ordinary exception
+  refused   replay with a callback that raises a conclusive refusal
+Every callback invocation appends the entry key to LOG before anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ops_contracts import CloseDisposition, RefusalCode
+from rein_aharness.outbox import CloseRefusedError, OutboxStore, replay_pending
+from rein_aharness.outbox.record import OutboxRecord
+
+OS_TARGETS = ("fsync", "replace", "rename", "unlink")
+
+
+def main() -> None:
+    mode, root, target, when, nth, log = sys.argv[1:7]
+    n = int(nth)
+    store = OutboxStore(Path(root))
+    counts = dict.fromkeys((*OS_TARGETS, "callback"), 0)
+
+    def step(name: str, phase: str) -> None:
+        if name == target and counts[name] == n and phase == when:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def wrap(name: str) -> None:
+        original = getattr(os, name)
+
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            step(name, "before")
+            result = original(*args, **kwargs)
+            step(name, "after")
+            return result
+
+        setattr(os, name, patched)
+
+    for name in OS_TARGETS:
+        wrap(name)
+    log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    async def deliver(record: OutboxRecord) -> CloseDisposition:
+        os.write(log_fd, f"{record.key}\n".encode())
+        counts["callback"] += 1
+        step("callback", "before")
+        if mode == "failing":
+            raise RuntimeError("queue said no")
+        if mode == "refused":
+            raise CloseRefusedError(RefusalCode.terminal_conflict, 409)
+        return CloseDisposition.applied
+
+    if mode == "enqueue":
+        for index in range(3):
+            result = store.enqueue_close(
+                run_id=f"run-{index}",
+                transaction_id="txn",
+                worker_id="rein-aharness@crash",
+                action="complete",
+                result={"ok": True, "path": f"briefs/{index}.md"},
+            )
+            print(result.record.key, flush=True)
+    else:
+        anyio.run(replay_pending, store, deliver)
+    if target == "count":
+        print(json.dumps(counts), flush=True)
+
+
+if __name__ == "__main__":
+    main()
