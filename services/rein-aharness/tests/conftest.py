@@ -85,7 +85,7 @@ def maximal_raw_result() -> dict[str, Any]:
     git_id = "f" * 64
     identifiers = [identifier] * MAX_COLLECTION_ITEMS
     paths = [path] * MAX_COLLECTION_ITEMS
-    evidence = {
+    evidence: dict[str, Any] = {
         key: identifier
         for key in (
             "request_id",
@@ -118,7 +118,7 @@ def maximal_raw_result() -> dict[str, Any]:
             },
         }
     )
-    transaction = {
+    transaction: dict[str, Any] = {
         key: identifier
         for key in (
             "transaction_id",

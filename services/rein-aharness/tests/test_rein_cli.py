@@ -67,7 +67,8 @@ def test_status_of_an_empty_outbox_exits_0(
     capsys: pytest.CaptureFixture[str], environment: Path
 ) -> None:
     code, report = _json(capsys, "close-outbox", "status", "--json")
-    assert code == ExitCode.CLEAN == 0
+    assert code == ExitCode.CLEAN
+    assert int(ExitCode.CLEAN) == 0
     assert report == {
         "format": "rein-aharness/close-outbox-report/v1",
         "root": str(environment / "close-outbox"),
@@ -82,7 +83,8 @@ def test_status_exits_1_while_pending_and_lists_the_entry(
 ) -> None:
     key = cli_store.enqueue_close(**make_close()).record.key
     code, report = _json(capsys, "close-outbox", "status", "--json")
-    assert code == ExitCode.PENDING == 1
+    assert code == ExitCode.PENDING
+    assert int(ExitCode.PENDING) == 1
     assert report["counts"] == {"pending": 1, "delivered": 0, "quarantined": 0}
     (entry,) = report["entries"]
     assert entry == {
@@ -108,7 +110,8 @@ def test_status_exits_3_while_quarantined(
         '{"reason": "unexpected_name", "code": null}'
     )
     code, report = _json(capsys, "close-outbox", "status", "--json")
-    assert code == ExitCode.QUARANTINED == 3
+    assert code == ExitCode.QUARANTINED
+    assert int(ExitCode.QUARANTINED) == 3
     assert report["entries"][0]["state"] == "quarantined"
     assert report["entries"][0]["reason"] == "unexpected_name"
 
@@ -171,8 +174,9 @@ def test_replay_outage_keeps_pending_stops_early_and_exits_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from rein_aharness.adapters import queue_client
+    from rein_aharness.adapters.retry import RetryPolicy
 
-    fast = queue_client.RetryPolicy(attempts=2, initial_wait=0, max_wait=0)
+    fast = RetryPolicy(attempts=2, initial_wait=0, max_wait=0)
     monkeypatch.setattr(queue_client, "RetryPolicy", lambda: fast)
     cli_store.enqueue_close(**make_close(run_id="run-a"))
     cli_store.enqueue_close(**make_close(run_id="run-b"))
@@ -307,7 +311,8 @@ def test_an_unusable_state_dir_exits_4(
     environment.parent.mkdir(parents=True, exist_ok=True)
     environment.write_text("a file where the state directory should be")
     code, _, err = _run(capsys, "close-outbox", "status")
-    assert code == ExitCode.STORE_UNUSABLE == 4
+    assert code == ExitCode.STORE_UNUSABLE
+    assert int(ExitCode.STORE_UNUSABLE) == 4
     assert err.startswith("rein-aharness: close outbox unusable:") and "Traceback" not in err
 
 

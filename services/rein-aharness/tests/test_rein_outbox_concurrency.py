@@ -58,7 +58,7 @@ def test_two_replaying_processes_never_overlap_on_an_entry(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(60)
-def test_enqueue_is_not_held_up_by_a_slow_delivery_in_another_process(tmp_path: Path) -> None:
+def test_enqueue_and_status_are_not_held_up_by_a_slow_delivery_elsewhere(tmp_path: Path) -> None:
     root = tmp_path / "close-outbox"
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -81,6 +81,11 @@ def test_enqueue_is_not_held_up_by_a_slow_delivery_in_another_process(tmp_path: 
             result={"ok": True},
         )
         assert time.monotonic() - started < 1.0
+        # Opening the store and reading its status do not wait for the pass either.
+        started = time.monotonic()
+        snapshot = OutboxStore(root).snapshot()
+        assert time.monotonic() - started < 1.0
+        assert len(snapshot.pending) == 2
         assert list(markers.glob("*.inflight")), "the callback was still running"
     finally:
         child.communicate(timeout=30)

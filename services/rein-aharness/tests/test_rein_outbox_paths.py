@@ -91,7 +91,9 @@ def test_directories_0700_and_files_0600_on_disk_whatever_the_umask(
     store.enqueue_close(**make_close(run_id="run-a"))
     store.enqueue_close(**make_close(run_id="run-b"))
     store.enqueue_close(**make_close(run_id="run-c"))
-    outcomes = iter([CloseDisposition.applied, CloseRefusedError(RefusalCode.not_found)])
+    outcomes: Iterator[CloseDisposition | Exception] = iter(
+        [CloseDisposition.applied, CloseRefusedError(RefusalCode.not_found)]
+    )
 
     async def deliver(record: OutboxRecord) -> CloseDisposition:
         outcome = next(outcomes, None)

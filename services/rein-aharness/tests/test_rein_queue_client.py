@@ -330,3 +330,30 @@ async def test_deliver_close_sends_exactly_the_stored_intent(
         f"/ops-runs/{RUN}/complete",
         "/ops-runs/failed-run/fail",
     }
+
+
+async def test_a_close_whose_response_was_lost_is_replayed_to_reconciled(
+    router: respx.MockRouter,
+    client: ActivityCoreQueueClient,
+    projection: Callable[..., Any],
+    store: OutboxStore,
+    make_close: Callable[..., dict[str, Any]],
+) -> None:
+    """Activity Core applied the close but every response timed out: the entry stays
+    pending, and the next replay repeats only the queue request and reconciles."""
+    from rein_aharness.outbox import replay_pending
+
+    key = store.enqueue_close(**make_close()).record.key
+    route = router.post(f"/ops-runs/{RUN}/complete").mock(side_effect=httpx.ReadTimeout("lost"))
+    first = await replay_pending(store, deliver_close(client))
+    assert first.count("failed") == 1
+    assert (store.paths.pending / f"{key}.json").exists()
+    route.mock(side_effect=None, return_value=_closed(projection, "reconciled"))
+    second = await replay_pending(store, deliver_close(client))
+    assert [outcome.detail for outcome in second.outcomes] == ["reconciled"]
+    delivered = json.loads((store.paths.delivered / f"{key}.json").read_bytes())
+    assert delivered["disposition"] == "reconciled"
+    assert delivered["attempts"] == 2
+    bodies = {call.request.content for call in route.calls}
+    assert len(bodies) == 1  # every request was the exact same normalized intent
+    assert route.call_count == FAST.attempts + 1

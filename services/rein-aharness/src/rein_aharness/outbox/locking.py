@@ -19,7 +19,7 @@ import anyio
 
 from rein_aharness.outbox.paths import FILE_MODE
 
-__all__ = ["hold_lock", "hold_lock_async"]
+__all__ = ["ensure_lock_file", "hold_lock", "hold_lock_async"]
 
 _POLL_SECONDS = 0.05
 
@@ -32,6 +32,11 @@ def _open_lock_file(path: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def ensure_lock_file(path: Path) -> None:
+    """Create the lock file (mode 0600) without taking the lock."""
+    os.close(_open_lock_file(path))
 
 
 @contextmanager

@@ -55,7 +55,7 @@ from rein_aharness.outbox.durable import (
 )
 from rein_aharness.outbox.errors import OutboxConflictError
 from rein_aharness.outbox.intent import PreparedClose, prepare_close
-from rein_aharness.outbox.locking import hold_lock
+from rein_aharness.outbox.locking import ensure_lock_file, hold_lock
 from rein_aharness.outbox.paths import OutboxPaths
 from rein_aharness.outbox.record import (
     MAX_RECORD_BYTES,
@@ -172,10 +172,10 @@ class OutboxStore:
         self._retention = retention or Retention()
         self._validated_delivered: dict[str, tuple[tuple[int, int, int], datetime]] = {}
         self.paths.ensure()
-        # Create both lock files now, so they exist with mode 0600 from the start.
+        # Create both lock files now, so they exist with mode 0600 from the start. Not by
+        # locking them: the replay lock may be held for a whole delivery pass.
         for lock in (self.paths.store_lock, self.paths.replay_lock):
-            with hold_lock(lock, shared=True):
-                pass
+            ensure_lock_file(lock)
 
     # -- enqueue ---------------------------------------------------------------------
 
