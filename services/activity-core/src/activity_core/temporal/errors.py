@@ -1,0 +1,15 @@
+"""Domain errors of the Temporal context, in words an operator can act on."""
+
+from __future__ import annotations
+
+
+class TemporalUnavailable(Exception):
+    """The Temporal server cannot be reached (or refuses our namespace) right now."""
+
+
+class AutomationNotFound(Exception):
+    """No activity definition has this id or slug."""
+
+
+class AutomationPaused(Exception):
+    """The definition is paused (or removed from the definition files): it does not fire."""

@@ -1,0 +1,56 @@
+"""The SQL of the Temporal context: activity runs and the definition lookups they need.
+
+Parameters are `$n` only. Transactions belong to the activity (the unit of work).
+"""
+
+from __future__ import annotations
+
+# A definition by its stable slug (the schedule's workflow input names the slug).
+DEFINITION_BY_SLUG = """
+SELECT id, slug, definition, paused
+FROM activity_definitions
+WHERE slug = $1
+"""
+
+# A definition by its UUID or its slug: the manual-fire path accepts either in the URL.
+DEFINITION_BY_ID = """
+SELECT id, slug, paused
+FROM activity_definitions
+WHERE id = $1
+"""
+
+# Idempotent on the Temporal run id: an activity retry (or a replayed record after a worker
+# crash) answers the row the first attempt wrote. DO UPDATE with a no-op assignment, rather
+# than DO NOTHING, so RETURNING yields the existing row's id in the same statement even when
+# the conflicting row was committed after this statement's snapshot was taken.
+RECORD_ACTIVITY_RUN = """
+INSERT INTO activity_runs (
+    id, activity_definition_id, workflow_id, run_id, trigger_key,
+    triggering_event_id, scheduled_for, context, started_at
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (run_id) DO UPDATE SET run_id = activity_runs.run_id
+RETURNING id, triggering_event_id
+"""
+
+# What the emit activity needs: the run and its definition, in one read.
+ACTIVITY_RUN_FOR_EMIT = """
+SELECT r.id, r.run_id, r.trigger_key, r.triggering_event_id, r.scheduled_for,
+       r.started_at, r.context, d.slug, d.definition, d.paused
+FROM activity_runs r
+JOIN activity_definitions d ON d.id = r.activity_definition_id
+WHERE r.id = $1
+"""
+
+MARK_EMITTED = """
+UPDATE activity_runs
+SET status = 'emitted', emitted_count = $2, finished_at = now()
+WHERE id = $1
+"""
+
+# A run that already emitted stays emitted: a late failure report must not rewrite it.
+MARK_FAILED = """
+UPDATE activity_runs
+SET status = 'failed', finished_at = now()
+WHERE id = $1 AND status <> 'emitted'
+"""
