@@ -98,6 +98,12 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_temporal_worker(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
+    from .temporal.worker import run_worker_command
+
+    return run_worker_command(settings, database=lambda: database(settings))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="activity-core")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -106,10 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--migrate", action="store_true", help="apply migrations before serving")
+    sub.add_parser(
+        "temporal-worker", help="the Temporal worker: RunActivityWorkflow and its activities"
+    )
     return parser
 
 
 COMMANDS = {"migrate": cmd_migrate, "serve": cmd_serve}
+COMMANDS["temporal-worker"] = cmd_temporal_worker
 
 
 def main(argv: list[str] | None = None) -> int:

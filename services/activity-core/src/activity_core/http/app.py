@@ -13,9 +13,11 @@ from ..queue.metrics import QueueMetrics
 from ..queue.service import QueueService
 from ..queue.wakeups import OpenRunSignal
 from ..settings import ActivityCoreSettings
+from ..temporal.client import TemporalClientProvider
 from .auth import Authenticator, load_worker_credentials, token_digest
 from .body_guard import StrictJsonBody
 from .error_handlers import install_error_handlers
+from .routes_fire import router as fire_router
 from .routes_health import router as health_router
 from .routes_queue import router as queue_router
 
@@ -48,6 +50,8 @@ def create_app(settings: ActivityCoreSettings, *, dsn: str) -> FastAPI:
         signal = OpenRunSignal(dsn)
         await signal.start()
         app.state.pool = pool
+        # connects on the first manual fire, so the queue API starts while Temporal is down
+        app.state.temporal = TemporalClientProvider(settings)
         app.state.queue = QueueService(
             pool, max_attempts=settings.max_attempts, metrics=metrics, signal=signal
         )
@@ -68,6 +72,7 @@ def create_app(settings: ActivityCoreSettings, *, dsn: str) -> FastAPI:
     app.state.metrics = metrics
     install_error_handlers(app)
     app.include_router(queue_router)
+    app.include_router(fire_router)
     app.include_router(health_router)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
     return app

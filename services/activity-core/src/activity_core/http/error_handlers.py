@@ -13,6 +13,7 @@ from starlette.responses import Response
 from ops_contracts import REFUSAL_HTTP_STATUS
 
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from ..temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
 from .responses import error_response
 
 log = logging.getLogger("activity_core.http")
@@ -55,6 +56,21 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc)
         response = error_response(503, "unavailable", "the database is not reachable; retry")
         response.headers["Retry-After"] = "1"
+        return response
+
+    @app.exception_handler(AutomationNotFound)
+    async def _no_automation(_: Request, exc: AutomationNotFound) -> Response:
+        return error_response(404, "not_found", str(exc))
+
+    @app.exception_handler(AutomationPaused)
+    async def _paused(_: Request, exc: AutomationPaused) -> Response:
+        return error_response(409, "state_conflict", str(exc))
+
+    @app.exception_handler(TemporalUnavailable)
+    async def _temporal_unavailable(_: Request, exc: TemporalUnavailable) -> Response:
+        log.warning("temporal unavailable: %s", exc)
+        response = error_response(503, "unavailable", "Temporal is not reachable; retry")
+        response.headers["Retry-After"] = "5"
         return response
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,0 +1,132 @@
+"""Manual fire of an automation (operator): POST /ops/automations/{id}/fire.
+
+The body is the request context the definition's templates see as `context.request.*`.
+Edge only: parse, authenticate, call the fire service.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import asyncpg
+from fastapi import APIRouter, Body, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ops_contracts import ErrorBody, canonical_json
+
+from ..temporal.client import TemporalClientProvider
+from ..temporal.fire import fire_manual
+from .deps import Auth, OperatorToken, Settings
+
+router = APIRouter(prefix="/ops/automations", tags=["automations"])
+
+MAX_PARAMS_BYTES = 16_384
+# PostgreSQL text and jsonb cannot hold NUL; control characters have no place in a ref.
+_REF = r"^[^\x00-\x1f\x7f]+$"
+Ref = Annotated[str, Field(min_length=1, max_length=512, pattern=_REF)]
+RefList = Annotated[list[Ref], Field(max_length=50)]
+
+
+class FireRequest(BaseModel):
+    """A manual fire's request context. Unknown top-level fields are refused; free-form
+    values go under `params` (a JSON object of at most 16 KiB)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    correlation_id: Ref | None = None
+    causation_id: Ref | None = None
+    goal_ref: Ref | None = None
+    goal_refs: RefList | None = None
+    initiative_refs: RefList | None = None
+    request_ref: Ref | None = None
+    params: dict[str, Any] | None = Field(
+        default=None, description="free-form JSON object, at most 16 KiB, no NUL characters"
+    )
+
+    @field_validator("params")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        encoded = canonical_json(value)
+        if len(encoded) > MAX_PARAMS_BYTES:
+            raise ValueError(f"must be at most {MAX_PARAMS_BYTES} bytes as JSON")
+        if _has_nul(value):
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    def context(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+def _has_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str) and "\x00" in node:
+            return True
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+class FireResponse(BaseModel):
+    workflow_id: str
+    run_id: str
+    trigger_key: str
+
+
+def _pool(request: Request) -> asyncpg.Pool:
+    pool: asyncpg.Pool = request.app.state.pool
+    return pool
+
+
+def _temporal(request: Request) -> TemporalClientProvider:
+    provider: TemporalClientProvider = request.app.state.temporal
+    return provider
+
+
+Pool = Annotated[asyncpg.Pool, Depends(_pool)]
+Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "unauthenticated"},
+    403: {"model": ErrorBody, "description": "forbidden: not an operator credential"},
+    404: {"model": ErrorBody, "description": "not_found: no such automation"},
+    409: {"model": ErrorBody, "description": "state_conflict: the automation is paused"},
+    413: {"model": ErrorBody, "description": "request_too_large"},
+    422: {"model": ErrorBody, "description": "invalid_request, with an errors list"},
+    503: {"model": ErrorBody, "description": "unavailable: Temporal or the database is down"},
+}
+
+
+@router.post(
+    "/{automation_id}/fire", status_code=202, response_model=FireResponse, responses=_ERRORS
+)
+async def fire(
+    automation_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")],
+    auth: Auth,
+    token: OperatorToken,
+    settings: Settings,
+    pool: Pool,
+    temporal: Temporal,
+    body: Annotated[FireRequest | None, Body()] = None,
+) -> dict[str, str]:
+    """Start RunActivityWorkflow for this automation (its UUID or slug) with the body as
+    the request context; answers the workflow and run id."""
+    auth.require_operator(token)
+    result = await fire_manual(
+        pool,
+        temporal,
+        automation=automation_id,
+        request=(body or FireRequest()).context(),
+        task_queue=settings.temporal_task_queue,
+    )
+    return {
+        "workflow_id": result.workflow_id,
+        "run_id": result.run_id,
+        "trigger_key": result.trigger_key,
+    }
