@@ -1,0 +1,145 @@
+"""Temporal test support: a scripted IssueSink, definitions, and a per-test harness (a task
+queue, a worker and a pool on the test's own database)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from ac_testkit import settings_env
+from activity_core.db.pool import create_pool
+from activity_core.definitions.model import ActivityDefinitionSpec
+from activity_core.definitions.sync import sync_definitions
+from activity_core.emission.errors import IssueSinkError
+from activity_core.emission.sink import SinkTask
+from activity_core.settings import ActivityCoreSettings, load_settings
+from activity_core.temporal.activities import ActivityCoreActivities
+from activity_core.temporal.schedules import TemporalScheduleApplier
+from activity_core.temporal.worker import build_worker
+
+PROFILE = "harness.agent-dev@1.0.0"
+
+
+class ScriptedSink:
+    """An IssueSink that records what it is given and fails the first `failures` calls."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.calls = 0
+        self.published: list[SinkTask] = []
+
+    @property
+    def name(self) -> str:
+        return "scripted"
+
+    async def publish(self, task: SinkTask) -> str | None:
+        self.calls += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise IssueSinkError("scripted sink outage", status=503)
+        self.published.append(task)
+        return f"sink-{len(self.published)}"
+
+    async def aclose(self) -> None:
+        return None
+
+
+def definition(
+    slug: str,
+    *,
+    cron: str | None = "0 6 * * 1-5",
+    timezone: str = "Europe/Berlin",
+    profile: str | None = PROFILE,
+    paused: bool = False,
+) -> ActivityDefinitionSpec:
+    action: dict[str, Any] = {
+        "task_template": "Research brief for {scheduled_for:%Y-%m-%d}",
+        "target_repo": "research/briefs",
+        "labels": ["automated", "research-brief"],
+        "execution_refs": {"correlation_id": "context.request.correlation_id"},
+    }
+    if profile is not None:
+        action["harness_profile_ref"] = profile
+    raw: dict[str, Any] = {
+        "id": slug,
+        "title": f"Temporal test {slug}",
+        "paused": paused,
+        "rules": [{"id": "daily-brief", "action": action}],
+    }
+    if cron is not None:
+        raw["schedule"] = {"cron": cron, "timezone": timezone}
+    return ActivityDefinitionSpec.model_validate(raw)
+
+
+@dataclass
+class TemporalHarness:
+    client: Client
+    settings: ActivityCoreSettings
+    pool: asyncpg.Pool
+    sink: ScriptedSink
+    applier: TemporalScheduleApplier
+    slug: str = field(default_factory=lambda: f"t-{uuid.uuid4().hex[:10]}")
+
+    @property
+    def task_queue(self) -> str:
+        return self.settings.temporal_task_queue
+
+    async def sync(self, *specs: ActivityDefinitionSpec) -> None:
+        await sync_definitions(self.pool, list(specs), self.applier)
+
+    async def activity_runs(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch("SELECT * FROM activity_runs ORDER BY scheduled_for, id")
+
+    async def ops_runs(self) -> list[asyncpg.Record]:
+        return await self.pool.fetch("SELECT * FROM ops_runs ORDER BY triggering_event_id")
+
+    async def wait_for_workflows(self, count: int, *, timeout: float = 20.0) -> list[str]:
+        """Wait until `count` workflows of this test's task queue have closed; answer their
+        run ids."""
+        query = f'TaskQueue = "{self.task_queue}" AND ExecutionStatus != "Running"'
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            runs = [wf.run_id async for wf in self.client.list_workflows(query)]
+            if len(runs) >= count:
+                return runs
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{len(runs)} of {count} workflows closed in {timeout}s")
+            await asyncio.sleep(0.2)
+
+    async def result(self, handle: WorkflowHandle[Any, Any]) -> Any:
+        return await asyncio.wait_for(handle.result(), timeout=30)
+
+
+async def start_worker_harness(
+    client: Client, db_dsn: str, **env: Any
+) -> tuple[TemporalHarness, Worker]:
+    settings = load_settings(
+        **settings_env(
+            TEMPORAL_TASK_QUEUE=f"ac-test-{uuid.uuid4().hex[:12]}",
+            ACTIVITY_CORE_ISSUE_SINK="none",
+            **env,
+        )
+    )
+    pool = await create_pool(db_dsn, min_size=1, max_size=5)
+    sink = ScriptedSink()
+    activities = ActivityCoreActivities(
+        pool,
+        sink,
+        queue_enabled=settings.queue_enabled,
+        require_profile=settings.require_harness_profile,
+    )
+    worker = build_worker(client, task_queue=settings.temporal_task_queue, activities=activities)
+    harness = TemporalHarness(
+        client=client,
+        settings=settings,
+        pool=pool,
+        sink=sink,
+        applier=TemporalScheduleApplier(client, task_queue=settings.temporal_task_queue),
+    )
+    return harness, worker

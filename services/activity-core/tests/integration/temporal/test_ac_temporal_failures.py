@@ -1,0 +1,101 @@
+"""How emission failures meet Temporal's retries: a profile-policy failure is final on the
+first attempt and emits nothing; an IssueSink outage is retried until it passes, without a
+duplicate ops_run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ac_temporal_kit import TemporalHarness, definition
+from temporalio.api.enums.v1 import EventType, RetryState
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio.exceptions import ApplicationError
+
+from activity_core.temporal.fire import manual_trigger_key
+from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
+
+
+async def start(temporal: TemporalHarness, slug: str) -> WorkflowHandle[Any, RunActivityResult]:
+    key = manual_trigger_key()
+    return await temporal.client.start_workflow(
+        WORKFLOW_NAME,
+        RunActivityInput(activity_slug=slug, trigger_key=key, request={"correlation_id": "c-1"}),
+        id=f"activity:{slug}:{key}",
+        task_queue=temporal.task_queue,
+        result_type=RunActivityResult,
+    )
+
+
+async def emit_attempts(handle: WorkflowHandle[Any, Any]) -> tuple[list[int], WorkflowHistory]:
+    """The attempt number of every started emit activity task, from the history."""
+    history = await handle.fetch_history()
+    scheduled = {
+        event.event_id
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == "emit_activity_run"
+    }
+    return [
+        event.activity_task_started_event_attributes.attempt
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and event.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ], history
+
+
+async def test_profile_policy_failure_is_not_retried_and_emits_nothing(
+    strict_temporal: TemporalHarness,
+) -> None:
+    temporal = strict_temporal
+    # synced while the flag was off; the worker now requires a harness profile
+    await temporal.sync(definition(temporal.slug, cron=None, profile=None))
+    handle = await start(temporal, temporal.slug)
+
+    with pytest.raises(WorkflowFailureError) as failed:
+        await temporal.result(handle)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "EmissionFailed"
+    assert "EmissionPolicyError" in cause.message
+
+    attempts, history = await emit_attempts(handle)
+    assert attempts == [1]
+    [activity_failed] = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+        and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        == "EmissionPolicyError"
+    ]
+    attributes = activity_failed.activity_task_failed_event_attributes
+    assert attributes.retry_state == RetryState.RETRY_STATE_NON_RETRYABLE_FAILURE
+    assert attributes.failure.application_failure_info.non_retryable
+
+    assert await temporal.ops_runs() == []
+    assert temporal.sink.calls == 0
+    [run] = await temporal.activity_runs()
+    assert run["status"] == "failed"
+    assert run["finished_at"] is not None
+    assert await temporal.pool.fetchval("SELECT count(*) FROM task_spawn_log") == 0
+
+
+async def test_sink_failure_is_retried_without_a_duplicate_ops_run(
+    temporal: TemporalHarness,
+) -> None:
+    await temporal.sync(definition(temporal.slug, cron=None))
+    temporal.sink.failures = 2
+    handle = await start(temporal, temporal.slug)
+
+    result = await temporal.result(handle)
+    assert result.emitted_count == 1
+    attempts, _ = await emit_attempts(handle)
+    assert attempts == [3]  # Temporal records the start of the attempt that completed
+    assert temporal.sink.calls == 3
+    assert len(temporal.sink.published) == 1
+
+    [ops] = await temporal.ops_runs()
+    assert ops["triggering_event_id"] == result.triggering_event_id
+    [run] = await temporal.activity_runs()
+    assert run["status"] == "emitted"
+    assert run["emitted_count"] == 1
