@@ -32,9 +32,11 @@ async def readyz(request: Request) -> Any:
     except Exception as exc:  # any failure to reach the database means "not ready"
         return error_response(503, "unavailable", f"database not reachable ({type(exc).__name__})")
     expected = latest_version()
-    if version != expected:
+    # Migrations are forward-only and backward-compatible, so pods of the previous release
+    # stay ready after a newer release migrated; a schema older than this build is not ready.
+    if version < expected:
         return error_response(
-            503, "schema_not_current", f"schema version {version}, expected {expected}"
+            503, "schema_not_current", f"schema version {version}, expected {expected} or newer"
         )
     return {"status": "ready", "schema_version": version}
 
