@@ -1,0 +1,48 @@
+"""Every SQL statement of definition sync, in one place. Parameters are `$n` only."""
+
+from __future__ import annotations
+
+# Two syncs at once would each read the table, decide, and write: serialize them for the
+# rest of the transaction. Two-key form, so it cannot collide with single-key locks
+# (the migration lock). $1 = SYNC_LOCK_NAMESPACE
+SYNC_LOCK = "SELECT pg_advisory_xact_lock($1, 0)"
+SYNC_LOCK_NAMESPACE = 0x61637364  # 'acsd'
+
+# Every stored definition, locked: the sync decides create/update/unchanged/retire
+# against this snapshot, and nobody changes a row between the decision and the write.
+DEFINITIONS_FOR_SYNC = """
+SELECT id, slug, content_digest, paused, removed_at
+FROM activity_definitions
+ORDER BY slug
+FOR UPDATE
+"""
+
+# $1 id, $2 slug, $3 title, $4 definition, $5 cron, $6 timezone, $7 paused, $8 digest
+INSERT_DEFINITION = """
+INSERT INTO activity_definitions (
+    id, slug, title, definition, schedule_cron, schedule_timezone, paused, content_digest
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+"""
+
+# A changed file, or a retired one that came back. $1 id, then as INSERT_DEFINITION.
+UPDATE_DEFINITION = """
+UPDATE activity_definitions
+SET title = $3,
+    definition = $4,
+    schedule_cron = $5,
+    schedule_timezone = $6,
+    paused = $7,
+    content_digest = $8,
+    removed_at = NULL,
+    updated_at = now()
+WHERE id = $1 AND slug = $2
+"""
+
+# A definition whose file is no longer in the synced set: paused and marked, never
+# deleted (ops_runs, activity_runs and the audit log reference it). $1 id
+RETIRE_DEFINITION = """
+UPDATE activity_definitions
+SET paused = true, removed_at = now(), updated_at = now()
+WHERE id = $1 AND removed_at IS NULL
+"""
