@@ -1,0 +1,293 @@
+"""`emit_tasks`: one fire of a definition becomes ops runs, sink records and audit rows.
+
+Exactly the spec's emit path:
+
+1. Validate the whole batch (every rule and instruction) and render every task before
+   the database or the IssueSink is touched. A problem refuses the batch
+   (EmissionPolicyError, non-retryable) and nothing of it is emitted.
+2. Per item, in file order (rules, then instructions):
+   a. when the queue is enabled, insert the ops run as ``open``, idempotent on
+      ``{activity_id}:{source_id}:{triggering_event_id}``; its insert trigger NOTIFYs
+      long-poll claimers;
+   b. dual-write the IssueSink (idempotency key header = the same key);
+   c. write the ``task_spawn_log`` audit row.
+
+Outcomes: ``created`` (this emit created the run, or completed the emit that inserted it
+and then failed at the sink), ``duplicate`` (an earlier emit of the key completed: no sink
+call), ``queue_disabled`` (no run; the sink is still written), ``report_only`` (a
+report-only instruction: no run, no sink, the audit row only).
+
+A sink failure raises IssueSinkError after the run was committed; the retry of the emission
+finds the run, writes the sink and the audit, and never creates a second run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, TypeAlias
+
+import asyncpg
+
+from ..definitions.model import ActivityDefinitionSpec, TaskSource
+from . import queries
+from .errors import (
+    DefinitionNotSyncedError,
+    EmissionPolicyError,
+    EmissionUnavailable,
+    IssueSinkError,
+    PolicyProblem,
+)
+from .fire import FireContext
+from .policy import check_batch
+from .render import RenderError, render_task
+from .sink import IssueSink, SinkTask
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+__all__ = [
+    "EmissionPolicyError",
+    "EmitReport",
+    "EmittedItem",
+    "FireContext",
+    "IssueSinkError",
+    "SpawnOutcome",
+    "emit_tasks",
+    "idempotency_key",
+]
+
+log = logging.getLogger("activity_core.emission")
+
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+if TYPE_CHECKING:  # PoolConnectionProxy is generic only in the stubs
+    Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]
+
+
+class SpawnOutcome(StrEnum):
+    created = "created"
+    duplicate = "duplicate"
+    queue_disabled = "queue_disabled"
+    report_only = "report_only"
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedItem:
+    source_type: str
+    source_id: str
+    idempotency_key: str
+    outcome: SpawnOutcome
+    ops_run_id: uuid.UUID | None
+    issue_sink_ref: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EmitReport:
+    activity_id: str
+    triggering_event_id: str
+    items: tuple[EmittedItem, ...]
+
+    def count(self, outcome: SpawnOutcome) -> int:
+        return sum(1 for item in self.items if item.outcome is outcome)
+
+    @property
+    def emitted_count(self) -> int:
+        """Tasks this fire put in the queue or the sink, counting runs an earlier emit of
+        the same fire already created (so a replay reports the same number)."""
+        return sum(1 for item in self.items if item.outcome is not SpawnOutcome.report_only)
+
+
+def idempotency_key(activity_id: str, source_id: str, triggering_event_id: str) -> str:
+    return f"{activity_id}:{source_id}:{triggering_event_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    source: TaskSource
+    key: str
+    task: SinkTask | None  # None for report-only items
+
+
+def _plan(
+    spec: ActivityDefinitionSpec, sources: Sequence[TaskSource], fire: FireContext
+) -> list[_Planned]:
+    """Render every item up front, so a template that cannot render refuses the batch."""
+    timezone = spec.schedule.timezone if spec.schedule else None
+    planned: list[_Planned] = []
+    problems: list[PolicyProblem] = []
+    for source in sources:
+        key = idempotency_key(spec.id, source.source_id, fire.triggering_event_id)
+        if source.report_only:
+            planned.append(_Planned(source, key, None))
+            continue
+        action = source.action
+        try:
+            rendered = render_task(
+                action, activity_id=spec.id, title=spec.title, fire=fire, timezone=timezone
+            )
+        except RenderError as exc:
+            problems.append(PolicyProblem(source.field_path, str(exc)))
+            continue
+        assert action.target_repo is not None  # the policy check refused it otherwise
+        grant = action.repository_grant
+        planned.append(
+            _Planned(
+                source,
+                key,
+                SinkTask(
+                    idempotency_key=key,
+                    activity_id=spec.id,
+                    activity_definition_id=spec.uuid,
+                    activity_run_id=fire.activity_run_id,
+                    run_id=fire.run_id,
+                    source_type=source.source_type.value,
+                    source_id=source.source_id,
+                    triggering_event_id=fire.triggering_event_id,
+                    ops_run_id=None,
+                    title=rendered.title,
+                    description=rendered.description,
+                    target_repo=action.target_repo,
+                    labels=list(action.labels),
+                    priority=action.priority.value,
+                    harness_profile_ref=action.harness_profile_ref,
+                    approach_hint=action.approach_hint,
+                    execution_refs=dict(rendered.execution_refs),
+                    # as admitted: never rendered, never merged into execution_refs
+                    repository_grant=grant.as_admitted() if grant is not None else None,
+                ),
+            )
+        )
+    if problems:
+        raise EmissionPolicyError(spec.id, problems)
+    return planned
+
+
+async def emit_tasks(
+    pool: asyncpg.Pool,
+    sink: IssueSink,
+    *,
+    spec: ActivityDefinitionSpec,
+    fire: FireContext,
+    queue_enabled: bool,
+    require_profile: bool,
+) -> EmitReport:
+    """Emit one fire of ``spec`` (see the module docstring).
+
+    Raises EmissionPolicyError (nothing written; final), IssueSinkError or
+    EmissionUnavailable (retry the whole call; it is idempotent).
+    """
+    sources = check_batch(spec, fire=fire, require_profile=require_profile)
+    planned = _plan(spec, sources, fire)
+    items: list[EmittedItem] = []
+    try:
+        async with pool.acquire() as conn:
+            if not await conn.fetchval(queries.DEFINITION_EXISTS, spec.uuid):
+                raise DefinitionNotSyncedError(spec.id)
+            for plan in planned:
+                items.append(await _emit_one(conn, sink, spec, fire, plan, queue_enabled))
+    except _UNAVAILABLE as exc:
+        raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+    report = EmitReport(spec.id, fire.triggering_event_id, tuple(items))
+    log.info(
+        "emitted %d task(s), %d new",
+        report.emitted_count,
+        report.count(SpawnOutcome.created),
+        extra={"activity_id": spec.id, "trigger": fire.triggering_event_id, "run_id": fire.run_id},
+    )
+    return report
+
+
+async def _emit_one(
+    conn: Connection,
+    sink: IssueSink,
+    spec: ActivityDefinitionSpec,
+    fire: FireContext,
+    plan: _Planned,
+    queue_enabled: bool,
+) -> EmittedItem:
+    source = plan.source
+    if plan.task is None:
+        return await _audit(conn, sink, spec, fire, plan, SpawnOutcome.report_only, None, None)
+    if not queue_enabled:
+        ref = await sink.publish(plan.task)
+        return await _audit(conn, sink, spec, fire, plan, SpawnOutcome.queue_disabled, None, ref)
+    await conn.execute(queries.LOCK_KEY, queries.EMIT_LOCK_NAMESPACE, plan.key)
+    try:
+        task = plan.task
+        run_id = await conn.fetchval(
+            queries.INSERT_OPS_RUN,
+            uuid.uuid4(),
+            spec.uuid,
+            plan.key,
+            task.target_repo,
+            task.title,
+            task.description,
+            task.labels,
+            task.priority,
+            source.source_type.value,
+            source.source_id,
+            fire.triggering_event_id,
+            task.approach_hint,
+            task.harness_profile_ref,
+            task.execution_refs,
+            task.repository_grant,
+        )
+        outcome = SpawnOutcome.created
+        if run_id is None:
+            run_id = await conn.fetchval(queries.RUN_BY_KEY, plan.key)
+            if await conn.fetchval(queries.CREATED_AUDIT_EXISTS, plan.key):
+                outcome = SpawnOutcome.duplicate
+        ref = None
+        if outcome is SpawnOutcome.created:
+            ref = await sink.publish(_with_run(task, run_id))
+        return await _audit(conn, sink, spec, fire, plan, outcome, run_id, ref)
+    finally:
+        # a broken connection has lost its session lock already; never mask the real error
+        with contextlib.suppress(*_UNAVAILABLE, asyncpg.PostgresError):
+            await conn.execute(queries.UNLOCK_KEY, queries.EMIT_LOCK_NAMESPACE, plan.key)
+
+
+def _with_run(task: SinkTask, run_id: uuid.UUID) -> SinkTask:
+    return replace(task, ops_run_id=run_id)
+
+
+async def _audit(
+    conn: Connection,
+    sink: IssueSink,
+    spec: ActivityDefinitionSpec,
+    fire: FireContext,
+    plan: _Planned,
+    outcome: SpawnOutcome,
+    run_id: uuid.UUID | None,
+    ref: str | None,
+) -> EmittedItem:
+    source = plan.source
+    await conn.execute(
+        queries.INSERT_AUDIT,
+        spec.uuid,
+        fire.activity_run_id,
+        source.source_type.value,
+        source.source_id,
+        fire.triggering_event_id,
+        plan.key,
+        run_id,
+        outcome.value,
+        sink.name,
+        ref,
+    )
+    return EmittedItem(source.source_type.value, source.source_id, plan.key, outcome, run_id, ref)

@@ -1,0 +1,474 @@
+"""emit_tasks against real PostgreSQL: idempotency, batch atomicity, the sink, the audit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import respx
+from ac_definitions import GRANT, RecordingApplier, definition_doc, spec_of
+
+from ac_testkit import AppClient
+from activity_core.db.pool import create_pool
+from activity_core.definitions.model import ActivityDefinitionSpec
+from activity_core.definitions.sync import sync_definitions
+from activity_core.emission.emit import (
+    EmissionPolicyError,
+    FireContext,
+    IssueSinkError,
+    SpawnOutcome,
+    emit_tasks,
+)
+from activity_core.emission.errors import DefinitionNotSyncedError
+from activity_core.emission.sink import SinkTask, StateHubSink
+from activity_core.emission.trigger import emit_triggering_event_id
+from ops_contracts import ATTRIBUTION_REF_KEYS
+
+MONDAY = datetime(2026, 3, 2, 5, 0, tzinfo=UTC)
+STATE_HUB = "http://state-hub.test"
+
+
+@dataclass
+class FakeSink:
+    """Records every publish; the first ``fail_times`` publishes raise IssueSinkError."""
+
+    fail_times: int = 0
+    published: list[SinkTask] = field(default_factory=list)
+    attempts: int = 0
+
+    @property
+    def name(self) -> str:
+        return "fake"
+
+    async def publish(self, task: SinkTask) -> str | None:
+        self.attempts += 1
+        if self.attempts <= self.fail_times:
+            raise IssueSinkError("sink down", status=503)
+        self.published.append(task)
+        return f"ref-{len(self.published)}"
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(db_dsn, min_size=1, max_size=12)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def synced(pool: asyncpg.Pool, *docs: dict[str, Any]) -> list[ActivityDefinitionSpec]:
+    specs = [spec_of(doc) for doc in docs] or [spec_of(definition_doc())]
+    await sync_definitions(pool, specs, RecordingApplier())
+    return specs
+
+
+def scheduled_fire(scheduled_for: datetime = MONDAY, run_id: str = "run-1", **extra: Any) -> Any:
+    values: dict[str, Any] = {
+        "activity_run_id": None,
+        "run_id": run_id,
+        "trigger_key": "scheduled",
+        "triggering_event_id": emit_triggering_event_id("scheduled", scheduled_for, run_id),
+        "scheduled_for": scheduled_for,
+        "fired_at": scheduled_for + timedelta(seconds=2),
+        "context": {"schedule": {"scheduled_for": scheduled_for.isoformat()}},
+    }
+    values.update(extra)
+    return FireContext(**values)
+
+
+def manual_fire(request: dict[str, Any], key: str = "manual:1") -> FireContext:
+    return FireContext(
+        activity_run_id=None,
+        run_id=f"run-{key}",
+        trigger_key=key,
+        triggering_event_id=key,
+        scheduled_for=None,
+        fired_at=MONDAY,
+        context={"request": request},
+    )
+
+
+async def emit(
+    pool: asyncpg.Pool,
+    sink: Any,
+    spec: ActivityDefinitionSpec,
+    fire: FireContext,
+    *,
+    queue_enabled: bool = True,
+    require_profile: bool = False,
+) -> Any:
+    return await emit_tasks(
+        pool,
+        sink,
+        spec=spec,
+        fire=fire,
+        queue_enabled=queue_enabled,
+        require_profile=require_profile,
+    )
+
+
+async def ops_runs(db: asyncpg.Connection) -> list[asyncpg.Record]:
+    return list(await db.fetch("SELECT * FROM ops_runs ORDER BY created_at, id"))
+
+
+async def audit(db: asyncpg.Connection) -> list[asyncpg.Record]:
+    return list(await db.fetch("SELECT * FROM task_spawn_log ORDER BY id"))
+
+
+# --- the emitted run --------------------------------------------------------------------------
+
+
+async def test_a_fire_emits_an_open_run_the_sink_and_the_audit(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool)
+    sink = FakeSink()
+    fire = manual_fire(
+        {
+            "correlation_id": "corr-1",
+            "goal_ref": "goal-7",
+            "topic": "rates",
+            "token": "secret-never-carried",
+        }
+    )
+    report = await emit(pool, sink, spec, fire)
+
+    [run] = await ops_runs(db)
+    assert run["state"] == "open"
+    assert run["idempotency_key"] == "fi-daily-brief:daily-brief:manual:1"
+    assert run["activity_definition_id"] == spec.uuid
+    assert run["title"] == "Research brief for 2026-03-02"
+    assert run["description"] == "Brief for rates"
+    assert run["labels"] == ["automated", "research-brief"]
+    assert run["priority"] == "medium"
+    assert (run["source_type"], run["source_id"]) == ("rule", "daily-brief")
+    assert run["triggering_event_id"] == "manual:1"
+    assert run["harness_profile_ref"] == "harness.agent-dev@1.0.0"
+    assert run["execution_refs"] == {"correlation_id": "corr-1", "goal_refs": ["goal-7"]}
+    assert run["repository_grant"] == GRANT
+    assert (run["claim_owner"], run["lease_until"], run["attempt"]) == (None, None, 0)
+
+    [published] = sink.published
+    assert published.ops_run_id == run["id"]
+    assert published.idempotency_key == run["idempotency_key"]
+
+    [row] = await audit(db)
+    assert row["outcome"] == "created"
+    assert row["ops_run_id"] == run["id"]
+    assert (row["issue_sink"], row["issue_sink_ref"]) == ("fake", "ref-1")
+    assert row["idempotency_key"] == run["idempotency_key"]
+    assert [item.outcome for item in report.items] == [SpawnOutcome.created]
+    assert report.emitted_count == 1
+
+
+async def test_only_allowlisted_attribution_keys_reach_the_queue(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    doc = definition_doc()
+    doc["rules"][0]["action"]["execution_refs"] = {
+        "correlation_id": "context.request.correlation_id",
+        "causation_id": "context.request.causation_id",
+        "goal_refs": ["context.request.goal_ref", "context.request.goals"],
+        "initiative_refs": ["context.request.initiative"],
+        "request_ref": "context.request.missing",
+    }
+    [spec] = await synced(pool, doc)
+    request = {
+        "correlation_id": "c",
+        "causation_id": "cause",
+        "goal_ref": "g1",
+        "goals": ["g2", {"not": "a ref"}],
+        "initiative": "i1",
+        "authorization": "Bearer nope",
+        "repository_grant": {"allowed_paths": ["/"]},
+    }
+    await emit(pool, FakeSink(), spec, manual_fire(request))
+    [run] = await ops_runs(db)
+    assert run["execution_refs"] == {
+        "correlation_id": "c",
+        "causation_id": "cause",
+        "goal_refs": ["g1", "g2"],
+        "initiative_refs": ["i1"],
+    }
+    assert set(run["execution_refs"]) <= set(ATTRIBUTION_REF_KEYS)
+    # the grant is the definition's, as admitted; nothing from the request reaches it
+    assert run["repository_grant"] == GRANT
+
+
+async def test_the_grant_is_copied_exactly_and_never_rendered(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    grant = {
+        "version": "1",
+        "allowed_paths": ["z/{scheduled_for}/", "docs/**", "a/*.md", "README.md"],
+        "commit_count": {"min": 2, "max": 5},
+        "publish": False,
+    }
+    doc = definition_doc()
+    doc["rules"][0]["action"]["repository_grant"] = grant
+    [spec] = await synced(pool, doc)
+    sink = FakeSink()
+    await emit(pool, sink, spec, scheduled_fire())
+    [run] = await ops_runs(db)
+    assert run["repository_grant"] == grant
+    assert list(run["repository_grant"]["allowed_paths"]) == grant["allowed_paths"]
+    assert "repository_grant" not in run["execution_refs"]
+    assert sink.published[0].repository_grant == grant
+
+
+# --- idempotency ------------------------------------------------------------------------------
+
+
+async def test_concurrent_duplicate_emits_create_one_run(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool)
+    sink = FakeSink()
+    fire = scheduled_fire()
+    reports = await asyncio.gather(*(emit(pool, sink, spec, fire) for _ in range(10)))
+
+    [run] = await ops_runs(db)
+    outcomes = sorted(r.items[0].outcome.value for r in reports)
+    assert outcomes == ["created"] + ["duplicate"] * 9
+    rows = await audit(db)
+    assert sorted(r["outcome"] for r in rows) == ["created"] + ["duplicate"] * 9
+    assert {r["ops_run_id"] for r in rows} == {run["id"]}
+    assert len(sink.published) == 1
+    assert all(r.emitted_count == 1 for r in reports)
+
+
+async def test_two_scheduled_fires_create_two_runs_and_a_replay_creates_none(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    """The spec's cron bug: every weekday must reach the queue, each exactly once."""
+    [spec] = await synced(pool)
+    sink = FakeSink()
+    monday = scheduled_fire(MONDAY, run_id="run-mon")
+    tuesday = scheduled_fire(MONDAY + timedelta(days=1), run_id="run-tue")
+    await emit(pool, sink, spec, monday)
+    await emit(pool, sink, spec, tuesday)
+    # the same fire again (an activity retry, or a new run id for the same scheduled time)
+    replay = await emit(pool, sink, spec, scheduled_fire(MONDAY, run_id="run-mon-2"))
+
+    runs = await ops_runs(db)
+    assert [r["triggering_event_id"] for r in runs] == [
+        "scheduled:2026-03-02T05:00:00+00:00",
+        "scheduled:2026-03-03T05:00:00+00:00",
+    ]
+    assert [r["title"] for r in runs] == [
+        "Research brief for 2026-03-02",
+        "Research brief for 2026-03-03",
+    ]
+    assert replay.items[0].outcome is SpawnOutcome.duplicate
+    assert len(sink.published) == 2
+
+
+# --- batch atomicity --------------------------------------------------------------------------
+
+
+def three_rules(**third: Any) -> dict[str, Any]:
+    doc = definition_doc()
+    first = doc["rules"][0]
+    doc["rules"] = [
+        first,
+        {**first, "id": "second"},
+        {**first, "id": "third", "action": {**first["action"], **third}},
+    ]
+    return doc
+
+
+async def test_a_policy_failure_emits_nothing_of_the_batch(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    doc = three_rules()
+    del doc["rules"][2]["action"]["harness_profile_ref"]
+    [spec] = await synced(pool, doc)
+    sink = FakeSink()
+    with pytest.raises(EmissionPolicyError) as caught:
+        await emit(pool, sink, spec, scheduled_fire(), require_profile=True)
+    assert [p.field_path for p in caught.value.problems] == ["rules[2].action.harness_profile_ref"]
+    assert await ops_runs(db) == []
+    assert await audit(db) == []
+    assert sink.attempts == 0
+    # the flag off: the same batch emits all three
+    report = await emit(pool, sink, spec, scheduled_fire(), require_profile=False)
+    assert report.emitted_count == 3
+
+
+async def test_a_malformed_ref_or_grant_in_a_stored_definition_emits_nothing(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules())
+    third = spec.rules[2]
+    broken = spec.model_copy(
+        update={
+            "rules": (
+                *spec.rules[:2],
+                third.model_copy(
+                    update={
+                        "action": third.action.model_copy(
+                            update={
+                                "harness_profile_ref": "harness.agent-dev",
+                                "approach_hint": "legacy-match",
+                            }
+                        )
+                    }
+                ),
+            )
+        }
+    )
+    sink = FakeSink()
+    with pytest.raises(EmissionPolicyError, match="exactly one '@'"):
+        await emit(pool, sink, broken, scheduled_fire())
+    assert (await ops_runs(db), await audit(db), sink.attempts) == ([], [], 0)
+
+
+async def test_a_template_that_cannot_render_emits_nothing(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules(task_template="n={context.request.n:d}"))
+    sink = FakeSink()
+    with pytest.raises(EmissionPolicyError, match="does not fit"):
+        await emit(pool, sink, spec, manual_fire({"n": "not a number"}))
+    assert (await ops_runs(db), sink.attempts) == ([], 0)
+
+
+async def test_an_unsynced_definition_emits_nothing(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    sink = FakeSink()
+    with pytest.raises(DefinitionNotSyncedError):
+        await emit(pool, sink, spec_of(definition_doc()), scheduled_fire())
+    assert (await ops_runs(db), sink.attempts) == ([], 0)
+
+
+# --- the sink down, then up -------------------------------------------------------------------
+
+
+@respx.mock
+async def test_sink_down_then_up_retries_without_a_duplicate_run(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool)
+    route = respx.post(f"{STATE_HUB}/progress").mock(
+        side_effect=[httpx.Response(503)] * 3 + [httpx.Response(201, json={"id": "hub-1"})]
+    )
+    sink = StateHubSink(STATE_HUB, attempts=3, backoff_initial=0, backoff_max=0)
+    fire = scheduled_fire()
+    try:
+        with pytest.raises(IssueSinkError):
+            await emit(pool, sink, spec, fire)
+        assert route.call_count == 3  # bounded
+        [run] = await ops_runs(db)  # committed before the sink: claimable, and found again
+        assert await audit(db) == []
+
+        retry = await emit(pool, sink, spec, fire)  # what Temporal's activity retry does
+        assert retry.items[0].outcome is SpawnOutcome.created
+        assert [r["id"] for r in await ops_runs(db)] == [run["id"]]
+        [row] = await audit(db)
+        assert (row["outcome"], row["ops_run_id"]) == ("created", run["id"])
+        assert (row["issue_sink"], row["issue_sink_ref"]) == ("state-hub", "hub-1")
+        keys = {call.request.headers["Idempotency-Key"] for call in route.calls}
+        assert keys == {run["idempotency_key"]}
+        assert json.loads(route.calls.last.request.content)["ops_run_id"] == str(run["id"])
+
+        # a later replay of the completed fire: audit only, no sink call
+        again = await emit(pool, sink, spec, fire)
+        assert again.items[0].outcome is SpawnOutcome.duplicate
+        assert route.call_count == 4
+        assert len(await ops_runs(db)) == 1
+    finally:
+        await sink.aclose()
+
+
+# --- queue disabled, report-only, audit links -------------------------------------------------
+
+
+async def test_queue_disabled_writes_the_sink_and_the_audit_but_no_run(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool)
+    sink = FakeSink()
+    report = await emit(pool, sink, spec, scheduled_fire(), queue_enabled=False)
+    assert await ops_runs(db) == []
+    [row] = await audit(db)
+    assert (row["outcome"], row["ops_run_id"], row["issue_sink_ref"]) == (
+        "queue_disabled",
+        None,
+        "ref-1",
+    )
+    [published] = sink.published
+    assert published.ops_run_id is None
+    assert published.repository_grant == GRANT
+    assert report.items[0].outcome is SpawnOutcome.queue_disabled
+
+
+async def test_report_only_instructions_write_the_audit_row_only(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    doc = definition_doc()
+    doc["instructions"] = [{"id": "weekly-digest", "report_only": True, "task_template": "Digest"}]
+    [spec] = await synced(pool, doc)
+    sink = FakeSink()
+    report = await emit(pool, sink, spec, scheduled_fire(), require_profile=True)
+    [run] = await ops_runs(db)
+    assert run["source_id"] == "daily-brief"
+    rows = await audit(db)
+    assert [(r["source_type"], r["source_id"], r["outcome"]) for r in rows] == [
+        ("rule", "daily-brief", "created"),
+        ("instruction", "weekly-digest", "report_only"),
+    ]
+    assert rows[1]["ops_run_id"] is None
+    assert [t.source_id for t in sink.published] == ["daily-brief"]
+    assert report.emitted_count == 1
+
+
+async def test_audit_rows_point_at_the_activity_run(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool)
+    activity_run_id = uuid.uuid4()
+    fire = scheduled_fire(activity_run_id=activity_run_id)
+    await db.execute(
+        """INSERT INTO activity_runs (id, activity_definition_id, workflow_id, run_id,
+               trigger_key, triggering_event_id, scheduled_for)
+           VALUES ($1, $2, 'wf', $3, 'scheduled', $4, $5)""",
+        activity_run_id,
+        spec.uuid,
+        fire.run_id,
+        fire.triggering_event_id,
+        MONDAY,
+    )
+    await emit(pool, FakeSink(), spec, fire)
+    [row] = await audit(db)
+    assert row["activity_run_id"] == activity_run_id
+    assert row["triggering_event_id"] == "scheduled:2026-03-02T05:00:00+00:00"
+
+
+# --- waking long-poll claimers ----------------------------------------------------------------
+
+
+async def test_a_waiting_claim_returns_the_emitted_run(api: AppClient, pool: asyncpg.Pool) -> None:
+    [spec] = await synced(pool)
+    waiting = asyncio.create_task(api.claim(wait_seconds=10))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    await emit(pool, FakeSink(), spec, manual_fire({"correlation_id": "c-9"}))
+    response = await asyncio.wait_for(waiting, 5)
+    [run] = response.json()["runs"]
+    assert run["idempotency_key"] == "fi-daily-brief:daily-brief:manual:1"
+    assert run["state"] == "claimed"
+    assert run["repository_grant"] == GRANT
+    assert run["execution_refs"] == {"correlation_id": "c-9"}
