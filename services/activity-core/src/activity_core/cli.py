@@ -13,6 +13,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -104,6 +105,12 @@ def cmd_temporal_worker(settings: ActivityCoreSettings, _: argparse.Namespace) -
     return run_worker_command(settings, database=lambda: database(settings))
 
 
+def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
+    from .cli_definitions import run_sync_definitions
+
+    return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="activity-core")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,11 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "temporal-worker", help="the Temporal worker: RunActivityWorkflow and its activities"
     )
+    sync = sub.add_parser(
+        "sync-definitions",
+        help="validate definition files, then upsert them and their Temporal schedules",
+    )
+    sync.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="file or directory")
     return parser
 
 
 COMMANDS = {"migrate": cmd_migrate, "serve": cmd_serve}
 COMMANDS["temporal-worker"] = cmd_temporal_worker
+COMMANDS["sync-definitions"] = cmd_sync_definitions
 
 
 def main(argv: list[str] | None = None) -> int:
