@@ -175,6 +175,24 @@ def test_non_identifier_values_do_not_become_refs() -> None:
     )
 
 
+def test_rendered_text_and_refs_are_storable() -> None:
+    action = ActionFields(
+        task_template="T {context.request.t}",
+        description_template="D {context.request.d}",
+        target_repo="a/b",
+        execution_refs={"correlation_id": "context.request.c", "causation_id": "context.request.d"},
+    )
+    request = {"t": "a\x00b", "d": "x\ud800y", "c": "ok-1"}
+    task = render_task(
+        action, activity_id="a", title="T", fire=fire(context={"request": request}), timezone=None
+    )
+    assert task.title == "T ab"
+    assert task.description == "D x\ufffdy"
+    assert task.execution_refs == {"correlation_id": "ok-1"}
+    bad_ref = {"correlation_id": "context.request.c"}
+    assert resolve_execution_refs(bad_ref, values(request={"c": "a\nb"})) == {}
+
+
 # --- the batch policy -------------------------------------------------------------------------
 
 

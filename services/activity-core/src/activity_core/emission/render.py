@@ -128,11 +128,24 @@ def _format(field: Field, value: Any) -> str:
         ) from None
 
 
+def _storable(text: str) -> str:
+    """Text PostgreSQL can store: no NUL, no unpaired surrogate (replaced by U+FFFD)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
+
+
 def _ref_value(value: Any) -> list[str]:
     if isinstance(value, bool):
         return []
     if isinstance(value, str):
-        return [value] if 0 < len(value) <= MAX_REF_LENGTH else []
+        # an identifier, not text: one with control characters or surrogates is not a ref
+        usable = 0 < len(value) <= MAX_REF_LENGTH and value.isprintable()
+        return [value] if usable and _storable(value) == value else []
     if isinstance(value, int):
         return [str(value)]
     if isinstance(value, list):
@@ -184,7 +197,7 @@ def render_task(
     rendered_title = render_template(action.task_template or "", values).strip()
     description = render_template(action.description_template or "", values)
     return RenderedTask(
-        title=_bounded(rendered_title or title, MAX_TITLE),
-        description=_bounded(description, MAX_DESCRIPTION),
+        title=_bounded(_storable(rendered_title) or title, MAX_TITLE),
+        description=_bounded(_storable(description), MAX_DESCRIPTION),
         execution_refs=resolve_execution_refs(action.execution_refs, values),
     )
