@@ -79,16 +79,19 @@ def cmd_migrate(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
 def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .http.app import create_app
+    from .http.app import build_authenticator, create_app
     from .http.auth import CredentialsFileError
 
+    # Configuration first: a bad credentials file must stop us before a database is
+    # started, connected to or migrated.
+    try:
+        auth = build_authenticator(settings)
+    except CredentialsFileError as exc:
+        raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
     with database(settings) as dsn:
         if args.migrate:
             asyncio.run(_migrate(dsn))
-        try:
-            app = create_app(settings, dsn=dsn)
-        except CredentialsFileError as exc:
-            raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
+        app = create_app(settings, dsn=dsn, auth=auth)
         config: dict[str, Any] = {
             "host": args.host,
             "port": args.port,

@@ -6,6 +6,7 @@ Built by the CLI (or a test) and passed down; nothing reads the environment at i
 from __future__ import annotations
 
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Literal
 
@@ -67,6 +68,22 @@ class ActivityCoreSettings(BaseSettings):
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             return None
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        # Checked here so a typo stops the process with the variable's name instead of a
+        # driver traceback later. Messages never repeat the value: it may hold a password.
+        if value is None:
+            return None
+        try:
+            parts = urllib.parse.urlsplit(value)
+            _ = parts.port  # a non-numeric or out-of-range port raises ValueError
+        except ValueError:
+            raise ValueError("not a valid URL") from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql:// URL")
         return value
 
     @field_validator("operator_token", "worker_token")

@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from fastapi import FastAPI
 
 from ..db.pool import create_pool
@@ -23,6 +24,9 @@ from .routes_queue import router as queue_router
 
 log = logging.getLogger("activity_core")
 
+# What "the database cannot be reached right now" looks like when the pool first connects.
+_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
 
 def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
     """Raises CredentialsFileError for an unreadable or malformed credentials file."""
@@ -38,15 +42,34 @@ def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
     )
 
 
-def create_app(settings: ActivityCoreSettings, *, dsn: str) -> FastAPI:
-    auth = build_authenticator(settings)
+async def open_pool(settings: ActivityCoreSettings, dsn: str) -> asyncpg.Pool:
+    """The pool; if the database is unreachable at start, one that connects on demand.
+
+    The process then stays up: /healthz answers, /readyz and the queue answer 503 until
+    the database is back, rather than the process exiting with a traceback.
+    """
+    try:
+        return await create_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+    except _UNREACHABLE as exc:
+        log.warning(
+            "database not reachable at start (%s); answering 503 until it is",
+            type(exc).__name__,
+        )
+        return await create_pool(dsn, min_size=0, max_size=settings.db_pool_max)
+
+
+def create_app(
+    settings: ActivityCoreSettings, *, dsn: str, auth: Authenticator | None = None
+) -> FastAPI:
+    """Raises CredentialsFileError when no `auth` is given and the credentials file is bad."""
+    authenticator = auth if auth is not None else build_authenticator(settings)
     metrics = QueueMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        for note in auth.startup_warnings():
+        for note in authenticator.startup_warnings():
             log.warning(note)
-        pool = await create_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
+        pool = await open_pool(settings, dsn)
         signal = OpenRunSignal(dsn)
         await signal.start()
         app.state.pool = pool
@@ -68,7 +91,7 @@ def create_app(settings: ActivityCoreSettings, *, dsn: str) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.auth = auth
+    app.state.auth = authenticator
     app.state.metrics = metrics
     install_error_handlers(app)
     app.include_router(queue_router)

@@ -26,19 +26,31 @@ def _settings(request: Request) -> ActivityCoreSettings:
     return settings
 
 
+# Each kind of endpoint also reads the other kind's header: the Authenticator tells the
+# kinds apart by the token itself, so a credential of the wrong kind is refused as
+# `forbidden` whichever header carried it, rather than looking like no credential at all.
+
+
 def _worker_token(
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
     x_worker_token: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_operator_token: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str | None:
-    return x_worker_token or bearer_token(authorization)
+    return x_worker_token or bearer_token(authorization) or x_operator_token
 
 
 def _operator_token(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
     x_operator_token: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_worker_token: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str | None:
-    return x_operator_token or bearer_token(authorization) or request.cookies.get("ops_session")
+    return (
+        x_operator_token
+        or bearer_token(authorization)
+        or request.cookies.get("ops_session")
+        or x_worker_token
+    )
 
 
 Queue = Annotated[QueueService, Depends(_queue)]

@@ -6,6 +6,7 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict
 
 from ops_contracts import (
     ClaimRequest,
@@ -20,6 +21,7 @@ from ops_contracts import (
     RunPage,
     RunState,
 )
+from ops_contracts.queue import Label
 
 from ..queue.service import ClaimSpec, ListFilter
 from .deps import Auth, OperatorToken, Queue, Settings, WorkerToken
@@ -43,6 +45,15 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 _WORKER_ERRORS = _errors(401, 403, 404, 409, 413, 422, 503)
 _OPERATOR_ERRORS = _errors(401, 403, 422, 503)
 
+# PostgreSQL text cannot hold NUL; a filter value with control characters can match no run.
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+
+
+class ExpireLeasesRequest(BaseModel):
+    """expire-leases takes no fields: an empty body, `{}`, or none at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 @router.get("", response_model=RunPage, responses=_OPERATOR_ERRORS)
 async def list_runs(
@@ -50,9 +61,11 @@ async def list_runs(
     auth: Auth,
     token: OperatorToken,
     state: RunState | None = None,
-    label: Annotated[list[str] | None, Query(max_length=20)] = None,
+    label: Annotated[list[Label] | None, Query(max_length=20)] = None,
     activity_definition_id: uuid.UUID | None = None,
-    target_repo: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    target_repo: Annotated[
+        str | None, Query(min_length=1, max_length=256, pattern=_PRINTABLE)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> dict[str, Any]:
@@ -88,8 +101,14 @@ async def claim(
     return {"runs": runs}
 
 
-@router.post("/expire-leases", response_model=ExpireLeasesResponse, responses=_OPERATOR_ERRORS)
-async def expire_leases(queue: Queue, auth: Auth, token: OperatorToken) -> dict[str, int]:
+@router.post(
+    "/expire-leases",
+    response_model=ExpireLeasesResponse,
+    responses=_errors(401, 403, 413, 422, 503),
+)
+async def expire_leases(
+    queue: Queue, auth: Auth, token: OperatorToken, body: ExpireLeasesRequest | None = None
+) -> dict[str, int]:
     auth.require_operator(token)
     reopened, expired = await queue.expire_leases()
     return {"reopened": reopened, "expired": expired}

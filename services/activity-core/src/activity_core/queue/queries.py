@@ -27,10 +27,12 @@ def _qualified(alias: str) -> str:
 # Stale claims are reopened (or expired at the attempt ceiling) before a claim selects.
 # SKIP LOCKED: a row another claimer or closer holds is left to it; a bounded batch keeps
 # this statement short even after a fleet-wide outage left thousands of stale leases.
+# RETURNING gives the owner that lost the lease (a reopened row's owner is cleared), so
+# the log line can still name the worker.
 # $1 = max attempts
 RECLAIM_STALE = """
 WITH stale AS (
-    SELECT id
+    SELECT id, claim_owner
     FROM ops_runs
     WHERE state = 'claimed' AND lease_until <= now()
     ORDER BY lease_until
@@ -45,7 +47,7 @@ SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
     updated_at = now()
 FROM stale
 WHERE r.id = stale.id
-RETURNING r.id, r.state, r.claim_owner
+RETURNING r.id, r.state, stale.claim_owner
 """
 
 # The claim itself: pick open rows in claim order (high -> low priority, then oldest),
@@ -135,7 +137,7 @@ LIMIT $7
 # $1 = max attempts
 EXPIRE_LEASES = """
 WITH stale AS (
-    SELECT id
+    SELECT id, claim_owner
     FROM ops_runs
     WHERE state = 'claimed' AND lease_until <= now()
     FOR UPDATE SKIP LOCKED
@@ -148,7 +150,7 @@ SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
     updated_at = now()
 FROM stale
 WHERE r.id = stale.id
-RETURNING r.id, r.state, r.claim_owner
+RETURNING r.id, r.state, stale.claim_owner
 """
 
 COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"
