@@ -18,6 +18,7 @@ from ..temporal.client import TemporalClientProvider
 from .auth import Authenticator, load_worker_credentials, token_digest
 from .body_guard import StrictJsonBody
 from .error_handlers import install_error_handlers
+from .routes_automations import router as automations_router
 from .routes_fire import router as fire_router
 from .routes_health import router as health_router
 from .routes_queue import router as queue_router
@@ -95,6 +96,7 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     app.include_router(queue_router)
+    app.include_router(automations_router)
     app.include_router(fire_router)
     app.include_router(health_router)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)

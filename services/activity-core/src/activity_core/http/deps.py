@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from ..artefacts.service import ArtefactService
 from ..queue.service import QueueService
 from ..settings import ActivityCoreSettings
 from .auth import Authenticator, bearer_token
@@ -19,6 +20,11 @@ def _queue(request: Request) -> QueueService:
 def _auth(request: Request) -> Authenticator:
     auth: Authenticator = request.app.state.auth
     return auth
+
+
+def _artefacts(request: Request) -> ArtefactService:
+    settings: ActivityCoreSettings = request.app.state.settings
+    return ArtefactService(request.app.state.pool, forgejo_web_base=settings.forgejo_web_base)
 
 
 def _settings(request: Request) -> ActivityCoreSettings:
@@ -54,6 +60,7 @@ def _operator_token(
 
 
 Queue = Annotated[QueueService, Depends(_queue)]
+Artefacts = Annotated[ArtefactService, Depends(_artefacts)]
 Auth = Annotated[Authenticator, Depends(_auth)]
 Settings = Annotated[ActivityCoreSettings, Depends(_settings)]
 WorkerToken = Annotated[str | None, Depends(_worker_token)]

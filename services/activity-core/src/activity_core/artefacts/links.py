@@ -1,0 +1,62 @@
+"""Forgejo links to a delivered file: pure, and only from values that pass validation.
+
+The URL is `FORGEJO_WEB_BASE/{org}/{repo}/src/commit/{head_after}/{path}`. Every part is
+validated again here (a historic row, a misconfigured base), each path segment is
+percent-encoded, and a missing or invalid part means no link rather than a wrong one.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from ops_evidence import git_object_id, repo_path, target_repo
+
+
+def web_base(value: object) -> str | None:
+    """An absolute http(s) base URL without credentials, query or fragment; no trailing `/`."""
+    if type(value) is not str or not value or value != value.strip():
+        return None
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port  # raises on a malformed port
+    except ValueError:
+        return None
+    del port
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    if parts.query or parts.fragment or "\\" in value:
+        return None
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
+        return None
+    return value.rstrip("/")
+
+
+def split_org_repo(value: object) -> tuple[str, str] | None:
+    """`org/repo` as Forgejo addresses it; anything deeper or shallower has no web page."""
+    repo = target_repo(value)
+    if repo is None:
+        return None
+    org, sep, name = repo.partition("/")
+    if not sep or "/" in name:
+        return None
+    return org, name
+
+
+def forgejo_file_url(
+    base: object, repository: object, head_after: object, path: object
+) -> str | None:
+    """The Forgejo page of `path` at commit `head_after` in `repository`, or None."""
+    root = web_base(base)
+    org_repo = split_org_repo(repository)
+    commit = git_object_id(head_after)
+    file_path = repo_path(path)
+    if root is None or org_repo is None or commit is None or file_path is None:
+        return None
+    org, name = org_repo
+    quoted_path = "/".join(urllib.parse.quote(segment, safe="") for segment in file_path.split("/"))
+    return (
+        f"{root}/{urllib.parse.quote(org, safe='')}/{urllib.parse.quote(name, safe='')}"
+        f"/src/commit/{commit}/{quoted_path}"
+    )

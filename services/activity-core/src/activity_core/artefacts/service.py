@@ -1,0 +1,227 @@
+"""Run artefacts of an automation: its fires, newest first, each with the ops runs it
+produced, their compact evidence and the files they delivered.
+
+The join rules are in queries.FIRE_OPS_RUNS: the fire's run id (exactly, or contained in
+the ops run's triggering event id), the per-fire triggering event id it recorded, else
+the fire's time window. While a fire is unfinished its window is OPEN_FIRE_WINDOW_SECONDS
+from its start: long enough for emission (which happens inside the fire, retries
+included) and short enough that a crashed fire without a finished_at does not collect
+every later run; a window never reaches past the next fire's start either way.
+
+Each view is one read-only REPEATABLE READ transaction. Driver failures become
+DatabaseUnavailable, unknown automations and fires a not_found refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from ops_contracts import RefusalCode, RunState
+
+from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from . import queries
+from .models import (
+    AutomationIndex,
+    AutomationRef,
+    AutomationSummary,
+    Fire,
+    FireDetail,
+    FireOpsRun,
+    FirePage,
+    LastFire,
+    Schedule,
+)
+from .projection import project_ops_run
+
+OPEN_FIRE_WINDOW_SECONDS = 900
+MAX_OPS_RUNS_PER_FIRE = 200
+MAX_PAGE_SIZE = 100
+
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+def _as_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def encode_cursor(started_at: datetime, fire_id: uuid.UUID) -> str:
+    raw = f"{started_at.isoformat()}|{fire_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        started, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
+        when = datetime.fromisoformat(started)
+        if when.tzinfo is None:
+            raise ValueError("naive timestamp")
+        return when, uuid.UUID(ident)
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise QueueRefusal(
+            RefusalCode.invalid_request, "cursor is not one this API issued"
+        ) from exc
+
+
+def _automation(row: asyncpg.Record) -> dict[str, Any]:
+    schedule = (
+        Schedule(cron=row["schedule_cron"], timezone=row["schedule_timezone"])
+        if row["schedule_cron"]
+        else None
+    )
+    return {
+        "id": row["id"],
+        "slug": row["slug"],
+        "title": row["title"],
+        "schedule": schedule,
+        "paused": row["paused"],
+    }
+
+
+def _summary(row: asyncpg.Record) -> AutomationSummary:
+    counts = row["queue_counts"] if isinstance(row["queue_counts"], dict) else {}
+    last = (
+        LastFire(
+            id=row["last_id"],
+            run_id=row["last_run_id"],
+            status=row["last_status"],
+            started_at=row["last_started_at"],
+            finished_at=row["last_finished_at"],
+            scheduled_for=row["last_scheduled_for"],
+        )
+        if row["last_run_id"] is not None
+        else None
+    )
+    return AutomationSummary(
+        **_automation(row),
+        last_fire=last,
+        queue_counts={state: int(counts.get(state.value, 0)) for state in RunState},
+    )
+
+
+class ArtefactService:
+    def __init__(self, pool: asyncpg.Pool, *, forgejo_web_base: str) -> None:
+        self._pool = pool
+        self._forgejo_web_base = forgejo_web_base
+
+    @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        try:
+            async with (
+                self._pool.acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                yield conn
+        except _UNAVAILABLE as exc:
+            raise DatabaseUnavailable(type(exc).__name__) from exc
+
+    async def automations(self) -> AutomationIndex:
+        async with self._snapshot() as conn:
+            rows = await conn.fetch(queries.AUTOMATIONS)
+        return AutomationIndex(automations=[_summary(row) for row in rows])
+
+    async def fires(
+        self, automation: str, *, limit: int = 20, cursor: str | None = None
+    ) -> FirePage:
+        limit = max(1, min(limit, MAX_PAGE_SIZE))
+        after = decode_cursor(cursor) if cursor is not None else (None, None)
+        async with self._snapshot() as conn:
+            ref = await self._definition(conn, automation)
+            rows = await conn.fetch(queries.FIRES_PAGE, ref.id, after[0], after[1], limit + 1)
+            page = rows[:limit]
+            fires = await self._join(conn, ref.id, page)
+        next_cursor = (
+            encode_cursor(page[-1]["started_at"], page[-1]["id"]) if len(rows) > limit else None
+        )
+        return FirePage(automation=ref, runs=fires, next_cursor=next_cursor)
+
+    async def fire(self, automation: str, run_ref: str) -> FireDetail:
+        async with self._snapshot() as conn:
+            ref = await self._definition(conn, automation)
+            row = await conn.fetchrow(queries.FIRE, ref.id, run_ref, _as_uuid(run_ref))
+            if row is None:
+                raise QueueRefusal(
+                    RefusalCode.not_found, f"automation {ref.slug} has no run {run_ref}"
+                )
+            (fire,) = await self._join(conn, ref.id, [row])
+        return FireDetail(automation=ref, run=fire)
+
+    async def _definition(
+        self, conn: PoolConnectionProxy[asyncpg.Record], automation: str
+    ) -> AutomationRef:
+        row = await conn.fetchrow(queries.DEFINITION, _as_uuid(automation), automation)
+        if row is None:
+            raise QueueRefusal(RefusalCode.not_found, f"no automation {automation}")
+        return AutomationRef(**_automation(row))
+
+    async def _join(
+        self,
+        conn: PoolConnectionProxy[asyncpg.Record],
+        definition_id: uuid.UUID,
+        fires: Sequence[asyncpg.Record],
+    ) -> list[Fire]:
+        if not fires:
+            return []
+        rows = await conn.fetch(
+            queries.FIRE_OPS_RUNS,
+            definition_id,
+            [fire["id"] for fire in fires],
+            OPEN_FIRE_WINDOW_SECONDS,
+            MAX_OPS_RUNS_PER_FIRE + 1,
+        )
+        now = datetime.now(UTC)
+        by_fire: dict[uuid.UUID, list[FireOpsRun]] = defaultdict(list)
+        for row in rows:
+            by_fire[row["fire_id"]].append(
+                project_ops_run(
+                    dict(row),
+                    matched_by=row["matched_by"],
+                    forgejo_base=self._forgejo_web_base,
+                    now=now,
+                )
+            )
+        out = []
+        for fire in fires:
+            ops_runs = by_fire.get(fire["id"], [])
+            shown = ops_runs[:MAX_OPS_RUNS_PER_FIRE]
+            out.append(
+                Fire(
+                    id=fire["id"],
+                    run_id=fire["run_id"],
+                    workflow_id=fire["workflow_id"],
+                    trigger_key=fire["trigger_key"],
+                    triggering_event_id=fire["triggering_event_id"],
+                    scheduled_for=fire["scheduled_for"],
+                    status=fire["status"],
+                    emitted_count=fire["emitted_count"],
+                    started_at=fire["started_at"],
+                    finished_at=fire["finished_at"],
+                    ops_runs=shown,
+                    ops_runs_truncated=len(ops_runs) > MAX_OPS_RUNS_PER_FIRE,
+                    artifacts=[artifact for run in shown for artifact in run.artifacts],
+                )
+            )
+        return out

@@ -1,0 +1,89 @@
+"""Run artefacts as JSON (/ops/automations): an automation's fires joined to their ops runs.
+
+Edge only: authenticate the operator, parse, call the artefact service. No prompt,
+description, tool output or model text is in any of these bodies (artefacts/models.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from ops_contracts import ErrorBody
+
+from ..artefacts.models import AutomationIndex, FireDetail, FirePage
+from ..artefacts.service import MAX_PAGE_SIZE
+from .deps import Artefacts, Auth, OperatorToken
+
+router = APIRouter(prefix="/ops/automations", tags=["automations"])
+
+_DESCRIBED = {
+    401: "unauthenticated: no or an invalid operator credential",
+    403: "forbidden: a worker credential",
+    404: "not_found: no such automation, or no such run of it",
+    422: "invalid_request, with an errors list naming each bad field",
+    503: "unavailable: the database cannot be reached",
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody, "description": _DESCRIBED[s]} for s in statuses}
+
+
+AutomationId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        description="the automation's slug (its definition id) or its UUID",
+    ),
+]
+
+
+@router.get("", response_model=AutomationIndex, responses=_errors(401, 403, 503))
+async def list_automations(
+    artefacts: Artefacts, auth: Auth, token: OperatorToken
+) -> AutomationIndex:
+    """Every automation with its schedule, pause flag, last fire and queue counts by state."""
+    auth.require_operator(token)
+    return await artefacts.automations()
+
+
+@router.get(
+    "/{automation_id}/runs",
+    response_model=FirePage,
+    responses=_errors(401, 403, 404, 422, 503),
+)
+async def list_automation_runs(
+    automation_id: AutomationId,
+    artefacts: Artefacts,
+    auth: Auth,
+    token: OperatorToken,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 20,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> FirePage:
+    """The automation's fires, newest first (keyset: pass `next_cursor` back as `cursor`),
+    each with its ops runs, their compact evidence and their artefacts with Forgejo links."""
+    auth.require_operator(token)
+    return await artefacts.fires(automation_id, limit=limit, cursor=cursor)
+
+
+@router.get(
+    "/{automation_id}/runs/{run_id}",
+    response_model=FireDetail,
+    responses=_errors(401, 403, 404, 422, 503),
+)
+async def get_automation_run(
+    automation_id: AutomationId,
+    run_id: Annotated[
+        str,
+        Path(min_length=1, max_length=200, description="the fire's run id, or its UUID"),
+    ],
+    artefacts: Artefacts,
+    auth: Auth,
+    token: OperatorToken,
+) -> FireDetail:
+    """One fire of the automation with its ops runs, evidence and artefacts."""
+    auth.require_operator(token)
+    return await artefacts.fire(automation_id, run_id)
