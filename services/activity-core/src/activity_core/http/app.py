@@ -22,6 +22,8 @@ from .routes_automations import router as automations_router
 from .routes_fire import router as fire_router
 from .routes_health import router as health_router
 from .routes_queue import router as queue_router
+from .routes_ui import router as ui_router
+from .session import session_signer
 
 log = logging.getLogger("activity_core")
 
@@ -95,9 +97,11 @@ def create_app(
     app.state.auth = authenticator
     app.state.metrics = metrics
     install_error_handlers(app)
+    app.state.sessions = session_signer(settings.operator_token)
     app.include_router(queue_router)
     app.include_router(automations_router)
     app.include_router(fire_router)
+    app.include_router(ui_router)
     app.include_router(health_router)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
     return app

@@ -10,6 +10,7 @@ from ..artefacts.service import ArtefactService
 from ..queue.service import QueueService
 from ..settings import ActivityCoreSettings
 from .auth import Authenticator, bearer_token
+from .session import COOKIE_NAME, SessionSigner
 
 
 def _queue(request: Request) -> QueueService:
@@ -54,9 +55,19 @@ def _operator_token(
     return (
         x_operator_token
         or bearer_token(authorization)
-        or request.cookies.get("ops_session")
+        or _session_operator_token(request)
         or x_worker_token
     )
+
+
+def _session_operator_token(request: Request) -> str | None:
+    # The UI cookie is a signed session, never a token: one that verifies stands for the
+    # configured operator token it was keyed from; anything else is no credential at all.
+    sessions: SessionSigner | None = getattr(request.app.state, "sessions", None)
+    if sessions is None or not sessions.verify(request.cookies.get(COOKIE_NAME)):
+        return None
+    settings: ActivityCoreSettings = request.app.state.settings
+    return settings.operator_token
 
 
 Queue = Annotated[QueueService, Depends(_queue)]
