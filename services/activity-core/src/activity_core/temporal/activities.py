@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import asyncpg
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -29,8 +30,14 @@ log = logging.getLogger("activity_core.temporal")
 POLICY_ERROR = "EmissionPolicyError"
 DEFINITION_NOT_FOUND = "DefinitionNotFound"
 DEFINITION_PAUSED = "DefinitionPaused"
+DEFINITION_INVALID = "DefinitionInvalid"
 # Listed on the retry policies too, so they stay final even if raised without the flag.
-NON_RETRYABLE_ERROR_TYPES = (POLICY_ERROR, DEFINITION_NOT_FOUND, DEFINITION_PAUSED)
+NON_RETRYABLE_ERROR_TYPES = (
+    POLICY_ERROR,
+    DEFINITION_NOT_FOUND,
+    DEFINITION_PAUSED,
+    DEFINITION_INVALID,
+)
 
 
 class ActivityCoreActivities:
@@ -100,7 +107,16 @@ class ActivityCoreActivities:
                 type=DEFINITION_PAUSED,
                 non_retryable=True,
             )
-        spec = ActivityDefinitionSpec.model_validate(row["definition"])
+        try:
+            spec = ActivityDefinitionSpec.model_validate(row["definition"])
+        except ValidationError as exc:
+            # the stored form no longer validates (a rule tightened since the sync): final
+            raise ApplicationError(
+                f"stored definition {row['slug']!r} is invalid; re-run sync-definitions: "
+                f"{exc.error_count()} error(s)",
+                type=DEFINITION_INVALID,
+                non_retryable=True,
+            ) from exc
         fire = FireContext(
             activity_run_id=run_id,
             run_id=row["run_id"],

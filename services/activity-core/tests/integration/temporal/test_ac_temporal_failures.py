@@ -99,3 +99,23 @@ async def test_sink_failure_is_retried_without_a_duplicate_ops_run(
     [run] = await temporal.activity_runs()
     assert run["status"] == "emitted"
     assert run["emitted_count"] == 1
+
+
+async def test_a_stored_definition_that_no_longer_validates_is_not_retried(
+    temporal: TemporalHarness,
+) -> None:
+    await temporal.sync(definition(temporal.slug, cron=None))
+    await temporal.pool.execute(
+        "UPDATE activity_definitions SET definition = definition || '{\"title\": 5}'::jsonb"
+    )
+    handle = await start(temporal, temporal.slug)
+
+    with pytest.raises(WorkflowFailureError) as failed:
+        await temporal.result(handle)
+    assert isinstance(failed.value.cause, ApplicationError)
+    assert "DefinitionInvalid" in failed.value.cause.message
+    attempts, _ = await emit_attempts(handle)
+    assert attempts == [1]
+    assert await temporal.ops_runs() == []
+    [run] = await temporal.activity_runs()
+    assert run["status"] == "failed"
