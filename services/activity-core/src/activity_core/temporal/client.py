@@ -82,7 +82,9 @@ async def temporal_client(settings: ActivityCoreSettings) -> AsyncIterator[Clien
         yield await connect(settings.temporal_address, settings.temporal_namespace)
         return
     try:
-        server = await asyncio.to_thread(ensure_dev_server, settings.state_dir)
+        server = await asyncio.to_thread(
+            ensure_dev_server, settings.state_dir, namespace=settings.temporal_namespace
+        )
     except DevServerError as exc:
         raise TemporalUnavailable(str(exc)) from exc
     print(f"activity-core: {server.describe()}", file=sys.stderr, flush=True)

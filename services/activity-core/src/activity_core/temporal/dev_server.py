@@ -122,10 +122,12 @@ def start_dev_server(
     port: int,
     ui_port: int | None = None,
     ip: str = LOCAL_IP,
+    namespace: str = "default",
     startup_timeout: float = 30.0,
 ) -> DevServer:
     """Start `temporal server start-dev` with its files under `directory`; wait until the
-    frontend port accepts connections. `ui_port=None` runs it headless."""
+    frontend port accepts connections. `ui_port=None` runs it headless; a namespace other
+    than "default" (which always exists) is created at launch."""
     binary = temporal_binary()
     directory.mkdir(parents=True, exist_ok=True)
     server = DevServer(address=f"{ip}:{port}", directory=directory, ui_port=ui_port)
@@ -145,6 +147,8 @@ def start_dev_server(
         "warn",
     ]
     args += ["--ui-port", str(ui_port)] if ui_port is not None else ["--headless"]
+    if namespace != "default":
+        args += ["--namespace", namespace]
     log: IO[bytes] = server.log_file.open("ab")
     try:
         server.process = subprocess.Popen(
@@ -175,13 +179,20 @@ def start_dev_server(
     return server
 
 
-def ensure_dev_server(state_dir: Path, *, port: int = DEFAULT_PORT) -> DevServer:
+def ensure_dev_server(
+    state_dir: Path, *, port: int = DEFAULT_PORT, namespace: str = "default"
+) -> DevServer:
     """The local dev server for this state dir: reuse one listening on `port`, else start one
     with its SQLite file and log under `state_dir/temporal/`."""
     directory = state_dir / "temporal"
     if is_listening(LOCAL_IP, port):
         return DevServer(address=f"{LOCAL_IP}:{port}", directory=directory)
-    return start_dev_server(directory, port=port, ui_port=port + (DEFAULT_UI_PORT - DEFAULT_PORT))
+    return start_dev_server(
+        directory,
+        port=port,
+        ui_port=port + (DEFAULT_UI_PORT - DEFAULT_PORT),
+        namespace=namespace,
+    )
 
 
 @contextlib.contextmanager
