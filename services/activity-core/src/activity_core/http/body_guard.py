@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .error_handlers import count_refusal
 from .responses import error_response
 
 MAX_JSON_DEPTH = 64
@@ -68,6 +69,8 @@ class StrictJsonBody:
             if body.strip() and "application/x-www-form-urlencoded" not in content_type:
                 check_json_body(body)
         except _Rejected as rejected:
+            if "app" in scope:
+                count_refusal(scope["app"], rejected.code)
             response = error_response(rejected.status, rejected.code, rejected.detail)
             await response(scope, receive, send)
             return

@@ -40,13 +40,22 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
+def count_refusal(app: Any, code: str) -> None:
+    """Every refusal, at the edge or in the queue, is counted here by its machine code."""
+    metrics = getattr(app.state, "metrics", None)
+    if metrics is not None:
+        metrics.refusals.labels(code=code).inc()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueRefusal)
-    async def _refusal(_: Request, exc: QueueRefusal) -> Response:
+    async def _refusal(request: Request, exc: QueueRefusal) -> Response:
+        count_refusal(request.app, exc.code.value)
         return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        count_refusal(request.app, "invalid_request")
         errors = _field_errors(exc)
         fields = ", ".join(".".join(str(p) for p in e["loc"]) or "body" for e in errors[:5])
         return error_response(422, "invalid_request", f"invalid request: {fields}", errors)

@@ -282,7 +282,6 @@ class QueueService:
     def _refuse(
         self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str
     ) -> QueueRefusal:
-        self._metrics.refusals.labels(code=refusal.code.value).inc()
         log.info(
             "%s refused: %s",
             action,
