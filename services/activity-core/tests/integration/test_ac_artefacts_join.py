@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from ac_fires import SeededAutomations, at, completed_result
 
+from ac_fires import SeededAutomations, at, completed_result
 from ac_testkit import AppClient
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
-from ac_fires import SeededAutomations, at, completed_result
 
+from ac_fires import SeededAutomations, at, completed_result
 from ac_testkit import AppClient
 
 MARK = "LEAK-MARKER-7c1e"

@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from ac_fires import SeededAutomations, at, completed_result
 
+from ac_fires import SeededAutomations, at, completed_result
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN, AppClient
 from activity_core.http.session import SESSION_SECONDS, SessionSigner
 

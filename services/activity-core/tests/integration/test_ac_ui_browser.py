@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 import uvicorn
-from ac_fires import SeededAutomations, at, completed_result
 
+from ac_fires import SeededAutomations, at, completed_result
 from ac_testkit import OPERATOR_TOKEN, settings_env
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings

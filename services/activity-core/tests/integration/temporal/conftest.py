@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from ac_temporal_kit import TemporalHarness, start_worker_harness
 from temporalio.client import Client
 
+from ac_temporal_kit import TemporalHarness, start_worker_harness
 from activity_core.temporal.client import connect
 from activity_core.temporal.dev_server import DevServer, ephemeral_dev_server
 

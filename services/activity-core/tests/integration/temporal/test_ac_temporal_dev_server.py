@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ac_temporal_kit import definition
 from temporalio.client import Client
 
+from ac_temporal_kit import definition
 from activity_core.db.pool import create_pool
 from activity_core.definitions.sync import sync_definitions
 from activity_core.temporal.client import connect

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ac_temporal_kit import TemporalHarness, definition
 from temporalio.api.enums.v1 import EventType, RetryState
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
+from ac_temporal_kit import TemporalHarness, definition
 from activity_core.temporal.fire import manual_trigger_key
 from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
 

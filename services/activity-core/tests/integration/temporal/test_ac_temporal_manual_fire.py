@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 from ac_temporal_kit import TemporalHarness, definition
-
 from ac_testkit import AppClient
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.dev_server import free_port

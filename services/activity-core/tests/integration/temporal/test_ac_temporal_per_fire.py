@@ -12,7 +12,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ac_temporal_kit import TemporalHarness, definition
 from temporalio.client import (
     ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
@@ -22,6 +21,7 @@ from temporalio.client import (
 )
 from temporalio.worker import Replayer
 
+from ac_temporal_kit import TemporalHarness, definition
 from activity_core.temporal.payloads import RunActivityResult
 from activity_core.temporal.workflow import RunActivityWorkflow
 

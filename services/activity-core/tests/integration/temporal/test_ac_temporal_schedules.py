@@ -5,7 +5,6 @@ deleted), unpaused when it is back."""
 from __future__ import annotations
 
 import pytest
-from ac_temporal_kit import TemporalHarness, definition
 from temporalio.client import (
     ScheduleActionStartWorkflow,
     ScheduleCalendarSpec,
@@ -16,6 +15,7 @@ from temporalio.client import (
 from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
 
+from ac_temporal_kit import TemporalHarness, definition
 from activity_core.temporal.schedules import (
     CATCHUP_WINDOW,
     NOTE_PAUSED,
