@@ -6,7 +6,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from ac_temporal_kit import definition
-
 from activity_core.temporal.fire_context import fire_context
 from activity_core.temporal.payloads import RunActivityInput
 from activity_core.temporal.schedules import DesiredSchedule, desired_schedule, schedule_id
