@@ -2,7 +2,7 @@
 
     rein-aharness close-outbox status [--json]
     rein-aharness close-outbox replay [--limit N] [--json]
-    rein-aharness run [--once] [--labels L,...] [--labels-mode any|all]   (not yet)
+    rein-aharness run [--once] [--labels L,...] [--labels-mode any|all]
 
 Settings are read here, at the entry, and a bad argument or variable ends the command
 with one line on stderr and exit 2, never a traceback. Exit codes: see
@@ -12,19 +12,27 @@ operator/exit_codes.py (also printed by `--help`).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+import anyio
+
+from ops_contracts import LabelsMode
 from rein_aharness.operator.commands import replay_command, status_command
 from rein_aharness.operator.exit_codes import EXIT_CODE_HELP, ExitCode
 from rein_aharness.outbox.errors import OutboxPathError
-from rein_aharness.settings import SettingsProblem, load_settings
+from rein_aharness.settings import Settings, SettingsProblem, load_settings
+from rein_aharness.worker.app import load_worker_catalogue, run_worker
+from rein_aharness.worker.logs import configure_logging
 
 __all__ = ["main"]
 
 _PROG = "rein-aharness"
 _MAX_LIMIT = 1_000_000
+_LABEL = re.compile(r"[A-Za-z0-9._:/-]{1,100}")
+_MAX_LABELS = 20
 
 
 class _UsageError(Exception):
@@ -48,6 +56,18 @@ def _limit(text: str) -> int:
     return value
 
 
+def _labels(text: str) -> tuple[str, ...]:
+    labels = tuple(label.strip() for label in text.split(",") if label.strip())
+    if not labels:
+        raise argparse.ArgumentTypeError("give at least one label")
+    if len(labels) > _MAX_LABELS:
+        raise argparse.ArgumentTypeError(f"at most {_MAX_LABELS} labels")
+    bad = [label for label in labels if not _LABEL.fullmatch(label)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a label: {bad[0][:100]!r}")
+    return labels
+
+
 def _parser() -> _Parser:
     parser = _Parser(
         prog=_PROG,
@@ -58,10 +78,22 @@ def _parser() -> _Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    run = commands.add_parser("run", help="the worker loop (not implemented yet)")
-    run.add_argument("--once", action="store_true")
-    run.add_argument("--labels", metavar="L,...")
-    run.add_argument("--labels-mode", choices=("any", "all"), default="any")
+    run = commands.add_parser(
+        "run",
+        help="the worker loop: replay closes, claim, execute, close",
+        epilog=EXIT_CODE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--once", action="store_true", help="one turn: replay, claim at most one run, exit"
+    )
+    run.add_argument("--labels", metavar="L,...", type=_labels, help="claim runs with these labels")
+    run.add_argument(
+        "--labels-mode",
+        choices=("any", "all"),
+        default="any",
+        help="any: at least one label matches (default); all: every label",
+    )
 
     outbox = commands.add_parser(
         "close-outbox",
@@ -103,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)
     try:
-        if args.command == "run":
-            return _fail("run: the worker loop is not implemented yet", ExitCode.USAGE)
         settings = load_settings()
+        if args.command == "run":
+            return _run(settings, args)
         if args.action == "status":
             return int(status_command(settings, as_json=args.json, out=sys.stdout))
         return int(replay_command(settings, limit=args.limit, as_json=args.json, out=sys.stdout))
@@ -115,6 +147,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"close outbox unusable: {_os_message(exc)}", ExitCode.STORE_UNUSABLE)
     except KeyboardInterrupt:
         return _fail("interrupted", ExitCode.INTERRUPTED)
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    catalogue = load_worker_catalogue(settings)
+    configure_logging(settings.rein_aharness_log_level)
+
+    async def main() -> int:
+        code = await run_worker(
+            settings,
+            catalogue,
+            once=args.once,
+            labels=args.labels,
+            labels_mode=LabelsMode(args.labels_mode),
+        )
+        return int(code)
+
+    return anyio.run(main)
 
 
 def _os_message(exc: Exception) -> str:

@@ -8,8 +8,9 @@ is never echoed, since one of them is a credential.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import HttpUrl, SecretStr, ValidationError, field_validator
+from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
@@ -29,6 +30,21 @@ class Settings(BaseSettings):
     ACTIVITY_CORE_WORKER_ID     the exact, non-secret identity bound to that token
     REIN_AHARNESS_STATE_DIR     absolute state root (default: XDG state dir)
     REIN_AHARNESS_PROFILES      the harness profile catalogue file
+
+    The worker loop (`run`) also reads:
+
+    REIN_AHARNESS_REPOSITORIES_ROOT     absolute directory holding target repositories
+                                        (`<root>/<owner>/<name>`); needed by the local
+                                        gateway and legacy approaches
+    REIN_AHARNESS_GLAS_URL              a remote Glas gateway; unset: the local gateway
+    REIN_AHARNESS_GLAS_TOKEN            its bearer credential
+    REIN_AHARNESS_GLAS_TIMEOUT_SECONDS  how long one remote request may take (1800)
+    REIN_AHARNESS_EVENT_SINK_URL        where completion events are POSTed; unset: logged
+    REIN_AHARNESS_LEASE_SECONDS         claim lease, 3..86400 (900); heartbeat every third
+    REIN_AHARNESS_WAIT_SECONDS          claim long-poll, 0..20 (20)
+    REIN_AHARNESS_SHUTDOWN_GRACE_SECONDS  how long SIGTERM lets the current run finish (25)
+    REIN_AHARNESS_BACKOFF_SECONDS       pause after an outage before trying again (5)
+    REIN_AHARNESS_LOG_LEVEL             DEBUG, INFO, WARNING or ERROR (INFO)
     """
 
     model_config = SettingsConfigDict(
@@ -40,6 +56,20 @@ class Settings(BaseSettings):
     activity_core_worker_id: WorkerId | None = None
     rein_aharness_state_dir: Path | None = None
     rein_aharness_profiles: Path | None = None
+    rein_aharness_repositories_root: Path | None = None
+    rein_aharness_glas_url: HttpUrl | None = None
+    rein_aharness_glas_token: SecretStr | None = None
+    rein_aharness_glas_timeout_seconds: float = Field(
+        default=1800.0, gt=0, le=86_400, allow_inf_nan=False
+    )
+    rein_aharness_event_sink_url: HttpUrl | None = None
+    rein_aharness_lease_seconds: int = Field(default=900, ge=3, le=86_400)
+    rein_aharness_wait_seconds: int = Field(default=20, ge=0, le=20)
+    rein_aharness_shutdown_grace_seconds: float = Field(
+        default=25.0, ge=0, le=86_400, allow_inf_nan=False
+    )
+    rein_aharness_backoff_seconds: float = Field(default=5.0, gt=0, le=3600, allow_inf_nan=False)
+    rein_aharness_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("rein_aharness_state_dir")
     @classmethod
@@ -50,6 +80,13 @@ class Settings(BaseSettings):
             raise ValueError("must be an absolute path")
         return value
 
+    @field_validator("rein_aharness_repositories_root")
+    @classmethod
+    def _repositories_root(cls, value: Path | None) -> Path | None:
+        if value is not None and (not value.is_absolute() or not value.is_dir()):
+            raise ValueError("must be an absolute path to an existing directory")
+        return value
+
     @field_validator("rein_aharness_profiles")
     @classmethod
     def _profiles_file(cls, value: Path | None) -> Path | None:
@@ -57,7 +94,7 @@ class Settings(BaseSettings):
             raise ValueError("must name an existing file")
         return value
 
-    @field_validator("activity_core_worker_token")
+    @field_validator("activity_core_worker_token", "rein_aharness_glas_token")
     @classmethod
     def _token_shape(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:

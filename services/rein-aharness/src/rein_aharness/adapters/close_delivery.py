@@ -3,34 +3,46 @@
 It sends exactly the stored intent (the normalized result, the sanitized error, the
 reopen decision, as the original worker identity) so a repeat after a lost response is
 the exact normalized repeat Activity Core reconciles. It does nothing else: no model,
-approach or repository operation is reachable from here.
+approach or repository operation is reachable from here. `on_response`, when given, is
+told the queue's answer (the worker uses it to emit completion events once the pass is
+over); it must not raise.
 """
 
 from __future__ import annotations
 
-from ops_contracts import CloseAction, CloseDisposition
+from collections.abc import Callable
+
+from ops_contracts import CloseAction, CloseDisposition, CloseResponse
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.outbox.record import OutboxRecord
 from rein_aharness.outbox.replay import DeliveryCallback
 
-__all__ = ["deliver_close"]
+__all__ = ["deliver_close", "send_close"]
 
 
-def deliver_close(client: ActivityCoreQueueClient) -> DeliveryCallback:
+async def send_close(client: ActivityCoreQueueClient, record: OutboxRecord) -> CloseResponse:
+    intent = record.intent
+    if intent.action is CloseAction.complete:
+        assert intent.result is not None  # CloseIntent requires it to complete
+        return await client.complete(record.run_id, intent.worker_id, intent.result)
+    assert intent.error is not None  # CloseIntent requires it to fail
+    return await client.fail(
+        record.run_id,
+        intent.worker_id,
+        intent.error,
+        reopen=intent.reopen,
+        result=intent.result,
+    )
+
+
+def deliver_close(
+    client: ActivityCoreQueueClient,
+    on_response: Callable[[OutboxRecord, CloseResponse], None] | None = None,
+) -> DeliveryCallback:
     async def deliver(record: OutboxRecord) -> CloseDisposition:
-        intent = record.intent
-        if intent.action is CloseAction.complete:
-            assert intent.result is not None  # CloseIntent requires it to complete
-            response = await client.complete(record.run_id, intent.worker_id, intent.result)
-        else:
-            assert intent.error is not None  # CloseIntent requires it to fail
-            response = await client.fail(
-                record.run_id,
-                intent.worker_id,
-                intent.error,
-                reopen=intent.reopen,
-                result=intent.result,
-            )
+        response = await send_close(client, record)
+        if on_response is not None:
+            on_response(record, response)
         return response.close_disposition
 
     return deliver

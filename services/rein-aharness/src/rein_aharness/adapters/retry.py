@@ -1,8 +1,8 @@
-"""The bounded, jittered retry used for every queue request.
+"""The bounded, jittered retry used for every request to a peer.
 
-Only `QueueTransientError` (transport failure, 5xx) is retried. A conclusive refusal,
-an auth failure or an unclassified rejection is raised at once: repeating the request
-cannot change the answer.
+By default only `QueueTransientError` (transport failure, 5xx) is retried; other peers
+pass their own transient error types. A conclusive refusal, an auth failure or an
+unclassified rejection is raised at once: repeating the request cannot change the answer.
 """
 
 from __future__ import annotations
@@ -40,11 +40,16 @@ class RetryPolicy:
             raise ValueError("waits must not be negative")
 
 
-async def with_retries(policy: RetryPolicy, call: Callable[[], Awaitable[T]]) -> T:
+async def with_retries(
+    policy: RetryPolicy,
+    call: Callable[[], Awaitable[T]],
+    *,
+    retry_on: tuple[type[BaseException], ...] = (QueueTransientError,),
+) -> T:
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.attempts),
         wait=wait_random_exponential(multiplier=policy.initial_wait, max=policy.max_wait),
-        retry=retry_if_exception_type(QueueTransientError),
+        retry=retry_if_exception_type(retry_on),
         reraise=True,
     )
     async for attempt in retrying:

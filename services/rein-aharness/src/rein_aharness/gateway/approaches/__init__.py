@@ -1,0 +1,1 @@
+"""The local approaches: `command` and `brief`."""

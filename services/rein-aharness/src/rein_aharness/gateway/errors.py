@@ -1,0 +1,64 @@
+"""How a gateway says the run must be failed, with the reason and the reopen decision.
+
+| error                | when                                                      | reopen |
+| -------------------- | --------------------------------------------------------- | ------ |
+| `GatewayRefused`     | refused before anything ran (profile/request/repository)  | no     |
+| `WorkRejected`       | the work ran but lies outside the grant; it was discarded | no     |
+| `ApproachFailed`     | the approach failed (exit status, nothing to commit)      | no     |
+| `ApproachTimedOut`   | the approach ran out of its time budget                   | yes    |
+| `GatewayUnavailable` | a remote gateway could not be reached after retries       | yes    |
+| `GatewayProtocolError` | a remote gateway answered something that is not 1.0     | no     |
+
+`reason` is the operator-facing text sent (sanitized) as the fail `error`; `result`, when
+present, is the GatewayResult 1.0 evidence sent with the failure.
+"""
+
+from __future__ import annotations
+
+from ops_contracts import GatewayResult
+
+__all__ = [
+    "ApproachFailed",
+    "ApproachTimedOut",
+    "GatewayError",
+    "GatewayProtocolError",
+    "GatewayRefused",
+    "GatewayUnavailable",
+    "WorkRejected",
+]
+
+
+class GatewayError(Exception):
+    default_reopen = False
+
+    def __init__(
+        self, reason: str, *, result: GatewayResult | None = None, reopen: bool | None = None
+    ) -> None:
+        self.reason = reason
+        self.result = result
+        self.reopen = self.default_reopen if reopen is None else reopen
+        super().__init__(reason)
+
+
+class GatewayRefused(GatewayError):
+    pass
+
+
+class WorkRejected(GatewayError):
+    pass
+
+
+class ApproachFailed(GatewayError):
+    pass
+
+
+class ApproachTimedOut(ApproachFailed):
+    default_reopen = True
+
+
+class GatewayUnavailable(GatewayError):
+    default_reopen = True
+
+
+class GatewayProtocolError(GatewayError):
+    pass

@@ -1,0 +1,140 @@
+"""A remote Glas gateway over HTTP (httpx, injectable transport).
+
+Glas exposes no public network API we could copy, so the wire is ours, version 1.0:
+
+    POST <REIN_AHARNESS_GLAS_URL>/v1/requests
+    Authorization: Bearer <REIN_AHARNESS_GLAS_TOKEN>      (when set)
+    Idempotency-Key: <request_id>
+    {"contract_version": "1.0", "request_id": "<run-id>.<attempt>",
+     "profile_ref": "<id>@<version>",
+     "run": {"id", "attempt", "title", "description", "target_repo", "labels",
+             "idempotency_key"},
+     "execution_refs": {...}, "repository_grant": {...} | null}
+
+| answer                                   | becomes                                    |
+| ---------------------------------------- | ------------------------------------------ |
+| 2xx with a GatewayResult 1.0 body for    | that GatewayResult, `tool_output` and      |
+| this request id and profile              | `tool_error` dropped                       |
+| 2xx with anything else                   | GatewayProtocolError                       |
+| 408, 429, 5xx, transport failure         | retried (bounded, jittered), then          |
+|                                          | GatewayUnavailable (reopen)                |
+| any other 4xx (`{"code", "detail"}`)     | GatewayRefused naming the status and code  |
+
+Retrying is safe because the request id is the idempotency key: Glas runs one request id
+once. Messages carry status and code only, never response bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from ops_contracts import GatewayResult
+from rein_aharness.adapters.retry import RetryPolicy, with_retries
+from rein_aharness.gateway.errors import GatewayProtocolError, GatewayRefused, GatewayUnavailable
+from rein_aharness.gateway.request import QueuedRequest
+
+__all__ = ["HttpGlasGateway", "request_body"]
+
+_USER_AGENT = "rein-aharness/0.1"
+_RETRIED_STATUSES = frozenset({408, 429})
+
+
+class _Transient(Exception):
+    pass
+
+
+def request_body(request: QueuedRequest) -> dict[str, Any]:
+    run = request.run
+    return {
+        "contract_version": "1.0",
+        "request_id": request.request_id,
+        "profile_ref": request.profile.ref,
+        "run": {
+            "id": str(run.id),
+            "attempt": run.attempt,
+            "title": run.title,
+            "description": run.description,
+            "target_repo": run.target_repo,
+            "labels": list(run.labels),
+            "idempotency_key": run.idempotency_key,
+        },
+        "execution_refs": dict(run.execution_refs),
+        "repository_grant": request.grant.as_admitted() if request.grant is not None else None,
+    }
+
+
+class HttpGlasGateway:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_seconds: float = 1800.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 10.0)),
+            follow_redirects=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def execute(self, request: QueuedRequest) -> GatewayResult:
+        body = request_body(request)
+
+        async def once() -> httpx.Response:
+            try:
+                response = await self._http.post(
+                    "/v1/requests", json=body, headers={"Idempotency-Key": request.request_id}
+                )
+            except httpx.TransportError as exc:
+                raise _Transient(f"glas unreachable: {type(exc).__name__}") from exc
+            if response.status_code >= 500 or response.status_code in _RETRIED_STATUSES:
+                raise _Transient(f"glas answered {response.status_code}")
+            return response
+
+        try:
+            response = await with_retries(self._retry, once, retry_on=(_Transient,))
+        except _Transient as exc:
+            raise GatewayUnavailable(str(exc)) from exc
+        if not response.is_success:
+            code = _code(response)
+            suffix = f" {code}" if code else ""
+            raise GatewayRefused(f"glas refused the request: {response.status_code}{suffix}")
+        return _parse_result(response, request)
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    if isinstance(code, str) and code.isascii() and code.isprintable():
+        return code[:64]
+    return None
+
+
+def _parse_result(response: httpx.Response, request: QueuedRequest) -> GatewayResult:
+    try:
+        result = GatewayResult.model_validate_json(response.content)
+    except ValidationError:
+        raise GatewayProtocolError(
+            f"glas answered {response.status_code} without a GatewayResult 1.0"
+        ) from None
+    evidence = result.evidence
+    if evidence.request_id != request.request_id or evidence.profile_ref != request.profile.ref:
+        raise GatewayProtocolError("glas answered for another request or profile")
+    return result.model_copy(update={"tool_output": None, "tool_error": None})

@@ -1,0 +1,237 @@
+"""The local Glas gateway: run the profile's approach in a fresh worktree, inside the grant.
+
+Per request:
+
+1. before anything exists on disk: render and check the brief path (inside the grant),
+   resolve the target repository under the repositories root, snapshot its refs;
+2. create a detached worktree at the repository's HEAD commit (the baseline);
+3. run the approach (`command` or `brief`);
+4. inspect and judge the work (repository/acceptance.py): rejected work is discarded and
+   reported as `WorkRejected`; accepted commits land on `rein/<run-id>/<attempt>`
+   (repository/landing.py);
+5. always, even when cancelled: put back any ref the approach changed and remove the
+   worktree.
+
+The returned GatewayResult 1.0 carries the execution evidence, the repository
+transaction and the executor fields (`ok`, `path`, `head_after`, `target_repo`,
+`committed`); a command's output never appears in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Literal
+
+from ops_contracts import GatewayResult, path_allowed
+from ops_contracts.gateway import GatewayOutcome
+from rein_aharness.gateway.approaches.brief import commit_brief
+from rein_aharness.gateway.approaches.command import approach_environment, run_command
+from rein_aharness.gateway.errors import (
+    ApproachFailed,
+    ApproachTimedOut,
+    GatewayRefused,
+    WorkRejected,
+)
+from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, repository_transaction
+from rein_aharness.gateway.request import QueuedRequest
+from rein_aharness.profiles import render_output_path
+from rein_aharness.repository import (
+    GitError,
+    LandingError,
+    RepositoryNotFound,
+    Workspace,
+    WorktreeSession,
+    git_environment,
+    inspect_work,
+    judge,
+    land,
+    worktree_session,
+)
+
+__all__ = ["LocalGlasGateway", "worktree_name"]
+
+log = logging.getLogger(__name__)
+
+
+def worktree_name(request: QueuedRequest) -> str:
+    return f"{request.run.id}.{request.run.attempt}"
+
+
+def rein_identity(request: QueuedRequest) -> dict[str, str]:
+    """The author and committer of the run's commits: the profile's rein."""
+    rein = request.profile.rein
+    name = f"{rein.id} {rein.version}"
+    email = f"{rein.id}@rein.invalid"
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
+
+
+class LocalGlasGateway:
+    def __init__(
+        self,
+        *,
+        repositories_root: Path,
+        worktrees_root: Path,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._root = repositories_root
+        self._worktrees = worktrees_root
+        self._environ = os.environ if environ is None else environ
+        self._clock = clock
+
+    async def execute(self, request: QueuedRequest) -> GatewayResult:
+        started = self._clock()
+        brief_path = self._brief_path(request)
+        try:
+            session = worktree_session(
+                self._root, self._worktrees, request.run.target_repo, worktree_name(request)
+            )
+            async with session as opened:
+                return await self._work(request, opened, brief_path, started)
+        except RepositoryNotFound as exc:
+            raise GatewayRefused(str(exc)) from None
+
+    # -- steps -----------------------------------------------------------------------
+
+    def _brief_path(self, request: QueuedRequest) -> str | None:
+        spec = request.profile.brief
+        if spec is None:
+            return None
+        try:
+            path = render_output_path(spec.output_path, request.run)
+        except ValueError as exc:
+            raise GatewayRefused(str(exc)) from None
+        if request.grant is None or not path_allowed(request.grant, path):
+            raise GatewayRefused(
+                f"the brief output path {path!r} is outside the grant's allowed_paths"
+            )
+        return path
+
+    async def _work(
+        self,
+        request: QueuedRequest,
+        session: WorktreeSession,
+        brief_path: str | None,
+        started: float,
+    ) -> GatewayResult:
+        workspace = session.workspace
+        failure: ApproachFailed | None = None
+        try:
+            await self._run_approach(request, workspace, brief_path)
+        except ApproachFailed as exc:
+            failure = exc
+        inspection = await inspect_work(workspace, session.refs_before)
+        elapsed = self._clock() - started
+
+        def rejected(outcome: GatewayOutcome) -> GatewayResult:
+            return self._result(request, workspace, "rejected", outcome, elapsed, head=None)
+
+        if failure is not None:
+            timed_out = isinstance(failure, ApproachTimedOut)
+            failure.result = rejected("timed_out" if timed_out else "failed")
+            raise failure
+        verdict = judge(inspection, request.grant)
+        if not verdict.accepted:
+            assert verdict.reason is not None
+            raise WorkRejected(verdict.reason, result=rejected("refused"))
+        head = inspection.head_after
+        assert head is not None  # judge accepts only a commit HEAD
+        if inspection.commits:
+            try:
+                await land(workspace.repository, head, request.run_id, request.run.attempt)
+            except (LandingError, GitError) as exc:
+                raise WorkRejected(f"landing failed: {exc}", result=rejected("failed")) from None
+        return self._result(
+            request,
+            workspace,
+            "accepted",
+            "succeeded",
+            elapsed,
+            head=head,
+            commits=inspection.commits,
+            paths=inspection.paths,
+            brief_path=brief_path,
+        )
+
+    async def _run_approach(
+        self, request: QueuedRequest, workspace: Workspace, brief_path: str | None
+    ) -> None:
+        identity = rein_identity(request)
+        if brief_path is not None:
+            await commit_brief(
+                workspace.path, brief_path, request.run, request.profile.ref, identity
+            )
+            return
+        spec = request.profile.command
+        assert spec is not None  # the catalogue requires the approach's parameters
+        run_vars = {
+            "REIN_RUN_ID": request.run_id,
+            "REIN_RUN_ATTEMPT": str(request.run.attempt),
+            "REIN_TARGET_REPO": request.run.target_repo,
+            "REIN_PROFILE_REF": request.profile.ref,
+            **identity,
+        }
+        env = git_environment(base=approach_environment(spec, self._environ, {}), extra=run_vars)
+        outcome = await run_command(spec, workspace.path, env)
+        log.debug(
+            "command finished",
+            extra={
+                "run_id": request.run_id,
+                "returncode": outcome.returncode,
+                "timed_out": outcome.timed_out,
+                "output_bytes": outcome.output_bytes,
+                "output_tail": outcome.output_tail.decode("utf-8", "replace"),
+            },
+        )
+        if outcome.timed_out:
+            raise ApproachTimedOut(f"the command timed out after {spec.timeout_s:g} s")
+        if outcome.returncode != 0:
+            raise ApproachFailed(f"the command exited with status {outcome.returncode}")
+
+    def _result(
+        self,
+        request: QueuedRequest,
+        workspace: Workspace,
+        acceptance: Literal["accepted", "rejected"],
+        outcome: GatewayOutcome,
+        elapsed: float,
+        *,
+        head: str | None,
+        commits: tuple[str, ...] = (),
+        paths: tuple[str, ...] = (),
+        brief_path: str | None = None,
+    ) -> GatewayResult:
+        accepted = acceptance == "accepted"
+        if brief_path is None and len(paths) == 1:
+            brief_path = paths[0]
+        return gateway_result(
+            request,
+            ok=accepted,
+            evidence=gateway_evidence(
+                request,
+                outcome=outcome,
+                duration_s=elapsed,
+                head_after=head,
+                commits=commits,
+                paths=paths,
+            ),
+            transaction=repository_transaction(
+                request,
+                baseline=workspace.baseline,
+                acceptance=acceptance,
+                commits=commits,
+                paths=paths,
+            ),
+            path=brief_path if accepted else None,
+            head_after=head,
+            committed=bool(commits) if accepted else False,
+        )

@@ -1,0 +1,167 @@
+"""The catalogue file's shape: pinned harness profiles and the legacy approach table.
+
+Strict everywhere: unknown keys, wrong scalar types (`timeout_s: "300"`, `version: 1.0`)
+and missing keys are refused, never coerced or defaulted, so what an operator reads in
+the file is exactly what runs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+from ops_contracts import harness_profile_ref_error
+from rein_aharness.profiles.templates import template_error
+
+__all__ = [
+    "MAX_OUTPUT_BYTES",
+    "BriefSpec",
+    "CatalogueFile",
+    "CommandSpec",
+    "HarnessProfile",
+    "LegacyApproach",
+    "ReinIdentity",
+]
+
+# What the command approach keeps of a command's combined output, for the worker's own
+# debug log only; it never reaches a result, the outbox or Activity Core.
+MAX_OUTPUT_BYTES = 64 * 1024
+
+_STRICT = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+# The evidence allowlist keeps only identifiers of this shape (ops_evidence.identifier);
+# anything else would be dropped silently from the close, so it is refused here.
+Identifier = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,256}$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+LegacyHint = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,256}$")]
+
+# Never passed to an approach, whatever the allowlist says: the worker's own credentials
+# and configuration, and git variables that would point git at another repository or
+# object store than the run's worktree.
+_RESERVED_ENV = re.compile(r"^(ACTIVITY_CORE_|REIN_AHARNESS_|GIT_)", re.IGNORECASE)
+
+
+def _argv_item(value: str) -> str:
+    if not value:
+        raise ValueError("argv items must not be empty")
+    if "\x00" in value:
+        raise ValueError("argv items must not contain NUL")
+    return value
+
+
+def _env_allowlist(names: list[str]) -> list[str]:
+    reserved = [name for name in names if _RESERVED_ENV.match(name)]
+    if reserved:
+        raise ValueError(
+            f"{', '.join(reserved)}: ACTIVITY_CORE_*, REIN_AHARNESS_* and GIT_* variables "
+            "are never passed to an approach"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError("names must be unique")
+    return names
+
+
+def _output_template(value: str) -> str:
+    problem = template_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+class ReinIdentity(BaseModel):
+    """The rein that executes the profile, reported as `rein_id` / `rein_version`."""
+
+    model_config = _STRICT
+
+    id: Identifier
+    version: Identifier
+
+
+class CommandSpec(BaseModel):
+    """`command`: run `argv` in the run's worktree (no shell), within `timeout_s`.
+
+    The environment is exactly the `env_allowlist` variables the worker has, plus the
+    run's identity (`REIN_RUN_ID`, `REIN_RUN_ATTEMPT`, `REIN_TARGET_REPO`) and a git
+    committer identity; the output is bounded and never part of the result.
+    """
+
+    model_config = _STRICT
+
+    argv: list[Annotated[str, Field(max_length=4096), AfterValidator(_argv_item)]] = Field(
+        min_length=1, max_length=256
+    )
+    timeout_s: float = Field(gt=0, le=86_400, allow_inf_nan=False)
+    env_allowlist: Annotated[
+        list[EnvName], Field(max_length=64), AfterValidator(_env_allowlist)
+    ] = Field(default_factory=list)
+
+
+class BriefSpec(BaseModel):
+    """`brief`: render the run's title and description as markdown at `output_path`
+    (a template, see templates.py) inside the grant, and commit it."""
+
+    model_config = _STRICT
+
+    output_path: Annotated[
+        str, Field(min_length=1, max_length=256), AfterValidator(_output_template)
+    ]
+
+
+class HarnessProfile(BaseModel):
+    """One pinned profile: `<id>@<version>` and everything that executes it."""
+
+    model_config = _STRICT
+
+    id: str
+    version: str
+    approach: Literal["command", "brief"]
+    command: CommandSpec | None = None
+    brief: BriefSpec | None = None
+    sandbox_profile: Identifier
+    resolved_model: Identifier | None
+    rein: ReinIdentity
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HarnessProfile:
+        problem = harness_profile_ref_error(self.ref)
+        if problem is not None:
+            raise ValueError(f"{self.ref!r}: {problem}")
+        wanted, other = ("command", "brief") if self.approach == "command" else ("brief", "command")
+        if getattr(self, wanted) is None:
+            raise ValueError(f"approach {self.approach} needs its `{wanted}` parameters")
+        if getattr(self, other) is not None:
+            raise ValueError(f"approach {self.approach} takes no `{other}` parameters")
+        return self
+
+
+class LegacyApproach(BaseModel):
+    """An entry of the legacy approach table (profile-absent, grant-less rows only).
+
+    Only `command`, and read-only: a legacy row has no repository grant, so any commit or
+    ref change it makes is rejected and discarded.
+    """
+
+    model_config = _STRICT
+
+    approach: Literal["command"]
+    command: CommandSpec
+
+
+class CatalogueFile(BaseModel):
+    model_config = _STRICT
+
+    profiles: list[HarnessProfile] = Field(max_length=1000)
+    legacy_approaches: dict[LegacyHint, LegacyApproach] = Field(default_factory=dict)

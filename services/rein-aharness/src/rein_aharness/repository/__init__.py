@@ -1,0 +1,39 @@
+"""Repository work inside the grant: worktrees, acceptance, landing (git, no network)."""
+
+from rein_aharness.repository.acceptance import Verdict, WorkInspection, inspect_work, judge
+from rein_aharness.repository.git import GitError, git, git_environment
+from rein_aharness.repository.landing import LandingError, land, landing_ref
+from rein_aharness.repository.locate import Repository, RepositoryNotFound, resolve_repository
+from rein_aharness.repository.refs import changed_refs, restore_refs, snapshot_refs
+from rein_aharness.repository.session import WorktreeSession, worktree_session
+from rein_aharness.repository.worktree import (
+    Workspace,
+    discard_workspace,
+    open_workspace,
+    sweep_worktrees,
+)
+
+__all__ = [
+    "GitError",
+    "LandingError",
+    "Repository",
+    "RepositoryNotFound",
+    "Verdict",
+    "WorkInspection",
+    "Workspace",
+    "WorktreeSession",
+    "changed_refs",
+    "discard_workspace",
+    "git",
+    "git_environment",
+    "inspect_work",
+    "judge",
+    "land",
+    "landing_ref",
+    "open_workspace",
+    "resolve_repository",
+    "restore_refs",
+    "snapshot_refs",
+    "sweep_worktrees",
+    "worktree_session",
+]

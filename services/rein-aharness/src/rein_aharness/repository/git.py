@@ -1,0 +1,88 @@
+"""Run git for the worker: no shell, no network, no inherited repository redirection.
+
+Every call gets an environment with the worker's `GIT_*` variables removed (a stray
+`GIT_DIR` or `GIT_INDEX_FILE` would point git at another repository), no terminal
+prompts, no system config, and `protocol.allow=never`, which makes every fetch, push and
+clone fail, local paths and `file://` included: the worker never publishes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+
+__all__ = ["GitError", "git", "git_environment", "git_text"]
+
+_STDERR_CHARS = 300
+
+# Applied through GIT_CONFIG_COUNT, so it overrides every config file.
+_FORCED_CONFIG: tuple[tuple[str, str], ...] = (
+    ("protocol.allow", "never"),
+    ("core.hooksPath", "/dev/null"),
+    ("gc.auto", "0"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("advice.detachedHead", "false"),
+)
+
+
+class GitError(Exception):
+    """A git command failed; the message carries the subcommand, exit code and a bounded
+    stderr excerpt (git's stderr names refs and paths, never credentials here, since the
+    worker configures no remotes)."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: bytes) -> None:
+        self.returncode = returncode
+        excerpt = stderr.decode("utf-8", "replace").strip().replace("\n", " ")[:_STDERR_CHARS]
+        self.stderr = excerpt
+        subcommand = next((a for a in args if not a.startswith("-")), "git")
+        super().__init__(f"git {subcommand} exited {returncode}: {excerpt}")
+
+
+def git_environment(
+    base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """`base` (default: the worker's environment) without `GIT_*`, plus the forced config."""
+    source = os.environ if base is None else base
+    env = {key: value for key, value in source.items() if not key.upper().startswith("GIT_")}
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_CONFIG_COUNT": str(len(_FORCED_CONFIG)),
+        }
+    )
+    for index, (key, value) in enumerate(_FORCED_CONFIG):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    if extra:
+        env.update(extra)
+    return env
+
+
+async def git(
+    cwd: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+) -> bytes:
+    """Run `git args...` in `cwd`; its stdout, or GitError. Cancelling kills git."""
+    result = await anyio.run_process(
+        ["git", *args],
+        cwd=cwd,
+        env=git_environment(extra=env),
+        input=stdin,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise GitError(args, result.returncode, result.stderr)
+    return result.stdout
+
+
+async def git_text(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """`git` with its stdout decoded and stripped of the trailing newline."""
+    return (await git(cwd, *args, env=env)).decode("utf-8", "surrogateescape").strip()

@@ -1,0 +1,46 @@
+"""Where accepted work lands: a branch `rein/<run-id>/<attempt>` in the target repository.
+
+Accepted commits are never merged or fast-forwarded into any existing branch and never
+pushed (v1 grants forbid publication). Landing creates one new local branch pointing at
+`head_after`, with a create-only ref update under the repository lock, so it is atomic
+and a second landing of the same attempt can only confirm the same commit. The checked-out
+branch and working tree of the target repository are untouched; whoever publishes or
+merges reviews `rein/<run-id>/<attempt>` from there.
+
+Per attempt, not per run: a run whose lease expired mid-work is claimed again with a new
+attempt number, and its earlier, unreported attempt (if it landed before the worker died)
+stays visible beside it instead of being overwritten.
+"""
+
+from __future__ import annotations
+
+from rein_aharness.repository.git import GitError, git, git_text
+from rein_aharness.repository.locate import Repository
+from rein_aharness.repository.worktree import repository_lock
+
+__all__ = ["LandingError", "land", "landing_ref"]
+
+
+class LandingError(Exception):
+    """The landing branch exists and points elsewhere; nothing was changed."""
+
+
+def landing_ref(run_id: str, attempt: int) -> str:
+    return f"refs/heads/rein/{run_id}/{attempt}"
+
+
+async def land(repository: Repository, head_after: str, run_id: str, attempt: int) -> str:
+    """Create the landing branch at `head_after`; return its full ref name."""
+    ref = landing_ref(run_id, attempt)
+    await git(repository.path, "check-ref-format", ref)
+    async with repository_lock(repository):
+        try:
+            await git(repository.path, "update-ref", "--no-deref", ref, head_after, "")
+        except GitError:
+            try:
+                current = await git_text(repository.path, "rev-parse", "--verify", ref)
+            except GitError:
+                current = None
+            if current != head_after:
+                raise LandingError(f"{ref} already exists at another commit") from None
+    return ref

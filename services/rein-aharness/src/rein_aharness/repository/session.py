@@ -1,0 +1,66 @@
+"""One run attempt's stay in a target repository: resolve, snapshot, worktree, clean up.
+
+    async with worktree_session(root, worktrees_root, target_repo, name) as session:
+        ... run the approach in session.workspace.path, inspect, maybe land ...
+
+On the way out, whatever happened (an exception, a cancelled run, a lost lease), any ref
+the approach changed is put back and the worktree is removed, shielded from
+cancellation. Landing refs (`refs/heads/rein/`) are not part of the snapshot, so landed
+work stays.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from rein_aharness.repository.git import GitError
+from rein_aharness.repository.locate import Repository, resolve_repository
+from rein_aharness.repository.refs import (
+    RefSnapshot,
+    changed_refs,
+    restore_refs,
+    snapshot_refs,
+)
+from rein_aharness.repository.worktree import Workspace, discard_workspace, open_workspace
+
+__all__ = ["WorktreeSession", "worktree_session"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorktreeSession:
+    repository: Repository
+    workspace: Workspace
+    refs_before: RefSnapshot
+
+
+@asynccontextmanager
+async def worktree_session(
+    repositories_root: Path, worktrees_root: Path, target_repo: str, name: str
+) -> AsyncIterator[WorktreeSession]:
+    """Raises RepositoryNotFound before anything is created when the target is unusable."""
+    repository = await resolve_repository(repositories_root, target_repo)
+    refs_before = await snapshot_refs(repository)
+    workspace = await open_workspace(repository, worktrees_root, name)
+    try:
+        yield WorktreeSession(repository, workspace, refs_before)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _put_refs_back(repository, refs_before)
+            await discard_workspace(workspace)
+
+
+async def _put_refs_back(repository: Repository, before: RefSnapshot) -> None:
+    try:
+        after = await snapshot_refs(repository)
+        if changed_refs(before, after):
+            await restore_refs(repository, before, after)
+    except GitError as exc:
+        log.warning("could not check the target repository's refs: %s", exc)

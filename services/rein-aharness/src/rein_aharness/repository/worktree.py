@@ -1,0 +1,142 @@
+"""A fresh, detached git worktree per run attempt, and its removal.
+
+Worktrees live under the worker's private state (`<state>/worktrees/<run-id>.<attempt>`),
+never inside a target checkout. They are detached at the baseline (the target
+repository's HEAD commit), so creating one adds no ref. Worktree administration (add,
+remove, prune) and landing hold an exclusive `flock` on the repository's git common
+directory, so two workers sharing a repository never race on its metadata; nothing is
+written into the repository for the lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from rein_aharness.outbox.paths import ensure_private_dir
+from rein_aharness.repository.git import GitError, git, git_text
+from rein_aharness.repository.locate import Repository, RepositoryNotFound
+
+__all__ = ["Workspace", "discard_workspace", "open_workspace", "repository_lock", "sweep_worktrees"]
+
+_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Workspace:
+    repository: Repository
+    path: Path
+    baseline: str  # full object id of the commit the worktree started at
+
+
+@asynccontextmanager
+async def repository_lock(repository: Repository) -> AsyncIterator[None]:
+    """Exclusive flock on the repository's common dir, polled so waiting is cancellable."""
+    fd = os.open(repository.common_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            await anyio.sleep(_POLL_SECONDS)
+        yield
+    finally:
+        os.close(fd)
+
+
+async def open_workspace(repository: Repository, worktrees_root: Path, name: str) -> Workspace:
+    """Create `<worktrees_root>/<name>` detached at the repository's HEAD commit."""
+    ensure_private_dir(worktrees_root)
+    path = worktrees_root / name
+    if path.exists() or path.is_symlink():
+        # A leftover of a run killed mid-execution: never reuse it.
+        await anyio.to_thread.run_sync(_remove_tree, path)
+    async with repository_lock(repository):
+        await git(repository.path, "worktree", "prune")
+        try:
+            baseline = await git_text(repository.path, "rev-parse", "--verify", "HEAD^{commit}")
+        except GitError:
+            raise RepositoryNotFound(
+                f"target_repo {repository.target_repo!r} has no commit at HEAD"
+            ) from None
+        await git(repository.path, "worktree", "add", "--detach", os.fspath(path), baseline)
+    return Workspace(repository=repository, path=path, baseline=baseline)
+
+
+async def discard_workspace(workspace: Workspace) -> None:
+    """Remove the worktree and its metadata; commits made in it stay unreferenced.
+
+    Runs shielded, so a cancelled run still cleans up.
+    """
+    with anyio.CancelScope(shield=True):
+        async with repository_lock(workspace.repository):
+            with suppress(GitError):
+                await git(
+                    workspace.repository.path,
+                    "worktree",
+                    "remove",
+                    "--force",
+                    "--force",
+                    os.fspath(workspace.path),
+                )
+            await anyio.to_thread.run_sync(_remove_tree, workspace.path)
+            with suppress(GitError):
+                await git(workspace.repository.path, "worktree", "prune")
+
+
+async def sweep_worktrees(worktrees_root: Path) -> int:
+    """Remove worktrees a killed worker left behind; how many were removed.
+
+    Only safe while this process holds the state directory's worker lock (no other
+    worker uses this worktrees root).
+    """
+    if not worktrees_root.is_dir():
+        return 0
+    removed = 0
+    for entry in sorted(worktrees_root.iterdir()):
+        common = _common_dir_of(entry)
+        await anyio.to_thread.run_sync(_remove_tree, entry)
+        removed += 1
+        if common is not None and common.is_dir():
+            with suppress(GitError):
+                await git(common, "--git-dir", os.fspath(common), "worktree", "prune")
+    return removed
+
+
+def _common_dir_of(worktree: Path) -> Path | None:
+    # A worktree's `.git` is a file: "gitdir: <common>/worktrees/<name>".
+    try:
+        text = (worktree / ".git").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    admin = Path(text[len("gitdir: ") :].strip())
+    return admin.parent.parent if admin.parent.name == "worktrees" else None
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, onerror=_make_writable_and_retry)
+
+
+def _make_writable_and_retry(function: Any, name: str, _exc_info: object) -> None:
+    # An approach may leave read-only directories behind; the worktree is ours to remove.
+    os.chmod(os.path.dirname(name) or ".", 0o700)
+    if os.path.isdir(name) and not os.path.islink(name):
+        os.chmod(name, 0o700)
+    function(name)

@@ -1,0 +1,256 @@
+"""Wire the worker from settings, and `rein-aharness run` itself.
+
+`open_worker` builds every component (queue client, outbox, gateway, legacy runner,
+event sink) from one `Settings` and closes them afterwards; tests pass their own
+transports. `run_worker` adds what only the process needs: the state directory's worker
+lock, the sweep of worktrees a killed predecessor left, and SIGTERM/SIGINT handling.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx
+
+from ops_contracts import LabelsMode
+from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
+from rein_aharness.adapters.retry import RetryPolicy
+from rein_aharness.gateway import GlasGateway, HttpGlasGateway, LocalGlasGateway
+from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
+from rein_aharness.outbox import OutboxPathError, OutboxStore, resolve_outbox_root
+from rein_aharness.outbox.locking import ensure_lock_file
+from rein_aharness.outbox.paths import default_state_dir
+from rein_aharness.profiles import CatalogueError, ProfileCatalogue, load_catalogue
+from rein_aharness.repository import sweep_worktrees
+from rein_aharness.settings import Settings, SettingsProblem
+from rein_aharness.worker.closer import Closer
+from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
+from rein_aharness.worker.legacy import LegacyRunner
+from rein_aharness.worker.loop import Worker, WorkerConfig
+from rein_aharness.worker.processor import RunProcessor
+
+__all__ = [
+    "Transports",
+    "WorkerRuntime",
+    "hold_worker_lock",
+    "load_worker_catalogue",
+    "open_worker",
+    "run_worker",
+    "state_dir_for",
+]
+
+log = logging.getLogger(__name__)
+
+WORKTREES_DIR = "worktrees"
+WORKER_LOCK = "worker.lock"
+
+
+@dataclass(frozen=True)
+class Transports:
+    """Injected HTTP transports (tests); None means a real network connection."""
+
+    queue: httpx.AsyncBaseTransport | None = None
+    glas: httpx.AsyncBaseTransport | None = None
+    events: httpx.AsyncBaseTransport | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRuntime:
+    worker: Worker
+    store: OutboxStore
+    state_dir: Path
+    worktrees_root: Path
+
+
+def state_dir_for(settings: Settings, environ: Mapping[str, str] | None = None) -> Path:
+    return settings.rein_aharness_state_dir or default_state_dir(environ)
+
+
+def load_worker_catalogue(settings: Settings) -> ProfileCatalogue:
+    """The catalogue `run` needs; SettingsProblem naming REIN_AHARNESS_PROFILES otherwise."""
+    if settings.rein_aharness_profiles is None:
+        raise SettingsProblem("REIN_AHARNESS_PROFILES: required for run")
+    try:
+        return load_catalogue(settings.rein_aharness_profiles)
+    except CatalogueError as exc:
+        raise SettingsProblem(f"REIN_AHARNESS_PROFILES: {exc}") from None
+
+
+def _required(settings: Settings) -> tuple[str, str]:
+    if settings.activity_core_url is None:
+        raise SettingsProblem("ACTIVITY_CORE_URL: required for run")
+    if settings.activity_core_worker_id is None:
+        raise SettingsProblem("ACTIVITY_CORE_WORKER_ID: required for run")
+    if settings.rein_aharness_glas_url is None and settings.rein_aharness_repositories_root is None:
+        raise SettingsProblem(
+            "REIN_AHARNESS_REPOSITORIES_ROOT: required for run with the local gateway "
+            "(REIN_AHARNESS_GLAS_URL unset)"
+        )
+    return str(settings.activity_core_url), settings.activity_core_worker_id
+
+
+@asynccontextmanager
+async def open_worker(
+    settings: Settings,
+    catalogue: ProfileCatalogue,
+    *,
+    labels: Sequence[str] | None = None,
+    labels_mode: LabelsMode = LabelsMode.any,
+    transports: Transports | None = None,
+    retry: RetryPolicy | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AsyncIterator[WorkerRuntime]:
+    base_url, worker_id = _required(settings)
+    transports = transports or Transports()
+    state_dir = state_dir_for(settings, environ)
+    store = OutboxStore(resolve_outbox_root(state_dir, environ))
+    worktrees_root = state_dir / WORKTREES_DIR
+    token = settings.activity_core_worker_token
+
+    config = WorkerConfig(
+        worker_id=worker_id,
+        labels=tuple(labels) if labels else None,
+        labels_mode=labels_mode,
+        lease_seconds=settings.rein_aharness_lease_seconds,
+        wait_seconds=settings.rein_aharness_wait_seconds,
+        shutdown_grace_seconds=settings.rein_aharness_shutdown_grace_seconds,
+        outage_backoff_seconds=settings.rein_aharness_backoff_seconds,
+    )
+    client = ActivityCoreQueueClient(
+        base_url,
+        token.get_secret_value() if token is not None else None,
+        transport=transports.queue,
+        # A claim long-polls; every other request is short.
+        timeout_seconds=30.0,
+        retry=retry,
+    )
+    gateway: GlasGateway
+    remote: HttpGlasGateway | None = None
+    if settings.rein_aharness_glas_url is not None:
+        glas_token = settings.rein_aharness_glas_token
+        remote = HttpGlasGateway(
+            str(settings.rein_aharness_glas_url),
+            glas_token.get_secret_value() if glas_token is not None else None,
+            transport=transports.glas,
+            timeout_seconds=settings.rein_aharness_glas_timeout_seconds,
+            retry=retry,
+        )
+        gateway = remote
+    else:
+        assert settings.rein_aharness_repositories_root is not None
+        gateway = LocalGlasGateway(
+            repositories_root=settings.rein_aharness_repositories_root,
+            worktrees_root=worktrees_root,
+            environ=environ,
+        )
+    sink: HttpEventSink | None = None
+    events: EventSink
+    if settings.rein_aharness_event_sink_url is not None:
+        sink = HttpEventSink(
+            str(settings.rein_aharness_event_sink_url), transport=transports.events, retry=retry
+        )
+        events = sink
+    else:
+        events = LogEventSink()
+    try:
+        closer = Closer(client=client, store=store, events=events, worker_id=worker_id)
+        processor = RunProcessor(
+            client=client,
+            catalogue=catalogue,
+            gateway=gateway,
+            legacy=LegacyRunner(
+                repositories_root=settings.rein_aharness_repositories_root,
+                worktrees_root=worktrees_root,
+                environ=environ,
+            ),
+            closer=closer,
+            worker_id=worker_id,
+            lease_seconds=config.lease_seconds,
+        )
+        worker = Worker(config=config, client=client, closer=closer, processor=processor)
+        yield WorkerRuntime(worker, store, state_dir, worktrees_root)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+            if remote is not None:
+                await remote.aclose()
+            if sink is not None:
+                await sink.aclose()
+
+
+@contextmanager
+def hold_worker_lock(state_dir: Path) -> Iterator[None]:
+    """One `run` per state directory (its worktrees are swept at start); the kernel
+    releases the lock when the process dies, SIGKILL included."""
+    path = state_dir / WORKER_LOCK
+    ensure_lock_file(path)
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise OutboxPathError(f"another rein-aharness run holds {path}") from None
+            raise
+        yield
+    finally:
+        os.close(fd)
+
+
+async def run_worker(
+    settings: Settings,
+    catalogue: ProfileCatalogue,
+    *,
+    once: bool,
+    labels: Sequence[str] | None = None,
+    labels_mode: LabelsMode = LabelsMode.any,
+    transports: Transports | None = None,
+    retry: RetryPolicy | None = None,
+    stop: anyio.Event | None = None,
+) -> ExitCode:
+    """The `run` command: the worker until SIGTERM/SIGINT (or one turn with `once`).
+
+    Exit code: the outbox's, as `close-outbox status` reports it (0 clean, 1 pending,
+    3 quarantined), so a supervisor sees undelivered closes.
+    """
+    stop = stop or anyio.Event()
+    async with open_worker(
+        settings,
+        catalogue,
+        labels=labels,
+        labels_mode=labels_mode,
+        transports=transports,
+        retry=retry,
+    ) as runtime:
+        with hold_worker_lock(runtime.state_dir):
+            swept = await sweep_worktrees(runtime.worktrees_root)
+            if swept:
+                log.info("removed %d worktrees left by an earlier run", swept)
+            failure: list[Exception] = []
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_stop_on_signals, stop)
+                try:
+                    await runtime.worker.run(once=once, stop=stop)
+                except Exception as exc:
+                    failure.append(exc)
+                finally:
+                    tasks.cancel_scope.cancel()
+            if failure:
+                raise failure[0]
+        return exit_code_for(runtime.store.snapshot())
+
+
+async def _stop_on_signals(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        async for signum in received:
+            log.info("received %s: stopping after the current run", signal.Signals(signum).name)
+            stop.set()

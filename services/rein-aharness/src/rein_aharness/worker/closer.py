@@ -1,0 +1,201 @@
+"""Deliver closes: through the durable outbox, or directly for legacy rows.
+
+Outboxed close (every profiled or refused run): the intent is enqueued (durable: fsync,
+atomic replace) and then delivered by a replay pass, the same pass that runs before
+every claim. Replay sends close requests only; it cannot repeat repository work.
+
+Direct close (legacy, profile-absent rows only, as the outbox document says): one
+complete/fail request, with the queue client's bounded retries for transport errors.
+If it still fails, nothing is recorded: the lease expires and the run is claimed again.
+Legacy approaches are read-only, so running one again changes nothing.
+
+After a completion is accepted (`applied`, or `reconciled` after a lost response) the
+domain completion event is emitted (events.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio.to_thread
+
+from ops_contracts import CloseAction, CloseDisposition, CloseResponse, OpsRun
+from ops_evidence import sanitize_error
+from rein_aharness.adapters.close_delivery import deliver_close
+from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
+from rein_aharness.adapters.queue_errors import QueueAuthError, QueueError, QueueTransientError
+from rein_aharness.outbox import (
+    CloseRefusedError,
+    InvalidCloseIntentError,
+    OutboxConflictError,
+    OutboxRecord,
+    OutboxStore,
+    PreparedClose,
+    ReplayReport,
+    prepare_close,
+    replay_pending,
+)
+from rein_aharness.worker.decisions import CloseDecision, refusal
+from rein_aharness.worker.events import EventSink, completion_event
+
+__all__ = ["CloseReport", "Closer"]
+
+log = logging.getLogger(__name__)
+
+# Dispositions after which the completion event is emitted.
+_ANNOUNCED = frozenset({CloseDisposition.applied, CloseDisposition.reconciled})
+
+
+@dataclass(frozen=True)
+class CloseReport:
+    """How one run's close ended up: `delivered` (with its disposition), `pending`
+    (stays in the outbox for the next replay), `quarantined`, or `lost` (direct close
+    that did not get through)."""
+
+    run_id: str
+    path: str  # "outbox" or "direct"
+    state: str
+    disposition: CloseDisposition | None = None
+    detail: str | None = None
+
+
+class Closer:
+    def __init__(
+        self,
+        *,
+        client: ActivityCoreQueueClient,
+        store: OutboxStore,
+        events: EventSink,
+        worker_id: str,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._events = events
+        self._worker_id = worker_id
+
+    # -- replay ------------------------------------------------------------------------
+
+    async def replay(self) -> ReplayReport:
+        """Deliver every pending close, oldest first; then emit the completion events.
+
+        A transport outage or an auth failure ends the pass (`stopped_early`): every
+        later entry would meet it too.
+        """
+        answered: list[tuple[OutboxRecord, CloseResponse]] = []
+
+        def remember(record: OutboxRecord, response: CloseResponse) -> None:
+            answered.append((record, response))
+
+        report = await replay_pending(
+            self._store,
+            deliver_close(self._client, remember),
+            stop_on=(QueueTransientError, QueueAuthError),
+        )
+        delivered = {o.key for o in report.outcomes if o.outcome == "delivered"}
+        for record, response in answered:
+            if record.key in delivered and record.intent.action is CloseAction.complete:
+                await self._announce(response)
+        for outcome in report.outcomes:
+            if outcome.outcome != "delivered":
+                log.warning(
+                    "close not delivered",
+                    extra={
+                        "run_id": outcome.run_id,
+                        "outcome": outcome.outcome,
+                        "detail": outcome.detail,
+                    },
+                )
+        return report
+
+    # -- outboxed close ----------------------------------------------------------------
+
+    async def close_through_outbox(
+        self, run: OpsRun, transaction_id: str, decision: CloseDecision
+    ) -> CloseReport:
+        run_id = str(run.id)
+        prepared = self._prepare(run_id, transaction_id, decision)
+        try:
+            enqueued = await anyio.to_thread.run_sync(self._store.enqueue, prepared)
+        except OutboxConflictError as exc:
+            # The attempt's entry already holds another intent; that one is delivered.
+            log.error("close not enqueued: %s", exc, extra={"run_id": run_id})
+            return CloseReport(run_id, "outbox", "conflict", detail=",".join(exc.fields))
+        report = await self.replay()
+        for outcome in report.outcomes:
+            if outcome.key == prepared.key:
+                disposition = (
+                    CloseDisposition(outcome.detail)
+                    if outcome.outcome == "delivered" and outcome.detail
+                    else None
+                )
+                state = outcome.outcome if outcome.outcome != "failed" else "pending"
+                return CloseReport(run_id, "outbox", state, disposition, outcome.detail)
+        # Not reached by this pass (an outage stopped it earlier): still pending.
+        return CloseReport(run_id, "outbox", enqueued.state)
+
+    def _prepare(self, run_id: str, transaction_id: str, decision: CloseDecision) -> PreparedClose:
+        try:
+            return prepare_close(
+                run_id=run_id,
+                transaction_id=transaction_id,
+                worker_id=self._worker_id,
+                action=decision.action,
+                result=decision.result,
+                error=decision.error,
+                reopen=decision.reopen,
+            )
+        except InvalidCloseIntentError as exc:
+            # Cannot happen for a normalized GatewayResult; if it does, fail the run
+            # rather than leave it claimed, and say why.
+            log.error(
+                "close intent refused by the outbox bounds: %s", exc, extra={"run_id": run_id}
+            )
+            fallback = refusal("the run's close evidence exceeded the outbox bounds")
+            return prepare_close(
+                run_id=run_id,
+                transaction_id=transaction_id,
+                worker_id=self._worker_id,
+                action=fallback.action,
+                result=None,
+                error=fallback.error,
+                reopen=False,
+            )
+
+    # -- direct close ------------------------------------------------------------------
+
+    async def close_directly(self, run: OpsRun, decision: CloseDecision) -> CloseReport:
+        run_id = str(run.id)
+        try:
+            if decision.action is CloseAction.complete:
+                assert decision.result is not None
+                response = await self._client.complete(run_id, self._worker_id, decision.result)
+            else:
+                assert decision.error is not None
+                response = await self._client.fail(
+                    run_id,
+                    self._worker_id,
+                    sanitize_error(decision.error),
+                    reopen=decision.reopen,
+                    result=decision.result,
+                )
+        except CloseRefusedError as exc:
+            log.warning("direct close refused", extra={"run_id": run_id, "code": exc.code.value})
+            return CloseReport(run_id, "direct", "refused", detail=exc.code.value)
+        except QueueError as exc:
+            log.warning(
+                "direct close not delivered; the lease will expire",
+                extra={"run_id": run_id, "error": type(exc).__name__},
+            )
+            return CloseReport(run_id, "direct", "lost", detail=type(exc).__name__)
+        if decision.action is CloseAction.complete and response.close_disposition in _ANNOUNCED:
+            await self._announce(response)
+        return CloseReport(run_id, "direct", "delivered", response.close_disposition)
+
+    async def _announce(self, response: CloseResponse) -> None:
+        if response.close_disposition not in _ANNOUNCED:
+            return
+        try:
+            await self._events.emit(completion_event(response))
+        except Exception as exc:  # a sink must not raise, but a close never depends on it
+            log.warning("completion event not emitted: %s", type(exc).__name__)

@@ -1,0 +1,96 @@
+"""The legacy approach table: profile-absent, grant-less rows (ACT-ADR-006 coexistence).
+
+A row with neither `harness_profile_ref` nor `repository_grant` is matched by its
+`approach_hint` against `legacy_approaches` in the catalogue file. The approach is a
+`command` run in a fresh worktree like a profiled one, but with no repository authority:
+the run has no grant, so any commit or ref change is rejected and discarded. Its result
+is the plain executor result (`ok`, `target_repo`, `head_after`, `committed: false`)
+with no execution evidence: the hint never becomes a profile ref. Its close is direct,
+not outboxed (closer.py).
+
+Retire an entry once its definition declares a `harness_profile_ref`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ops_contracts import OpsRun
+from rein_aharness.gateway.approaches.command import approach_environment, run_command
+from rein_aharness.gateway.errors import (
+    ApproachFailed,
+    ApproachTimedOut,
+    GatewayRefused,
+    WorkRejected,
+)
+from rein_aharness.profiles import Legacy
+from rein_aharness.repository import (
+    RepositoryNotFound,
+    git_environment,
+    inspect_work,
+    judge,
+    worktree_session,
+)
+
+__all__ = ["LegacyRunner"]
+
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "rein-aharness legacy",
+    "GIT_AUTHOR_EMAIL": "rein-aharness@rein.invalid",
+    "GIT_COMMITTER_NAME": "rein-aharness legacy",
+    "GIT_COMMITTER_EMAIL": "rein-aharness@rein.invalid",
+}
+
+
+class LegacyRunner:
+    def __init__(
+        self,
+        *,
+        repositories_root: Path | None,
+        worktrees_root: Path,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._root = repositories_root
+        self._worktrees = worktrees_root
+        self._environ = os.environ if environ is None else environ
+
+    async def execute(self, run: OpsRun, selection: Legacy) -> dict[str, Any]:
+        """The executor result; a GatewayError subclass when the run is to be failed."""
+        if self._root is None:
+            raise GatewayRefused("legacy approaches need REIN_AHARNESS_REPOSITORIES_ROOT")
+        spec = selection.approach.command
+        try:
+            session = worktree_session(
+                self._root, self._worktrees, run.target_repo, f"{run.id}.{run.attempt}"
+            )
+            async with session as opened:
+                run_vars = {
+                    "REIN_RUN_ID": str(run.id),
+                    "REIN_RUN_ATTEMPT": str(run.attempt),
+                    "REIN_TARGET_REPO": run.target_repo,
+                    "REIN_APPROACH_HINT": selection.approach_hint,
+                    **_IDENTITY,
+                }
+                env = git_environment(
+                    base=approach_environment(spec, self._environ, {}), extra=run_vars
+                )
+                outcome = await run_command(spec, opened.workspace.path, env)
+                if outcome.timed_out:
+                    raise ApproachTimedOut(f"the command timed out after {spec.timeout_s:g} s")
+                if outcome.returncode != 0:
+                    raise ApproachFailed(f"the command exited with status {outcome.returncode}")
+                inspection = await inspect_work(opened.workspace, opened.refs_before)
+                verdict = judge(inspection, None)
+                if not verdict.accepted:
+                    raise WorkRejected(verdict.reason or "rejected")
+                return {
+                    "ok": True,
+                    "target_repo": run.target_repo,
+                    "head_after": inspection.head_after,
+                    "committed": False,
+                }
+        except RepositoryNotFound as exc:
+            raise GatewayRefused(str(exc)) from None

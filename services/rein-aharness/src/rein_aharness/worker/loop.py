@@ -1,0 +1,167 @@
+"""The worker loop: replay, claim, process; repeat until stopped.
+
+Each turn:
+
+1. **Replay first.** Pending closes are delivered before anything is claimed. If the
+   pass is stopped by an outage or an auth failure, nothing is claimed: the loop backs
+   off and tries the replay again (`--once`: it returns).
+2. **Claim** one run (labels, labels_mode, lease, long-poll `wait_seconds`). A stop
+   request cancels a long-poll in flight; should the queue have granted a claim that
+   the cancelled request never saw, its lease simply expires.
+3. **Process** it (processor.py). On a stop request the current run gets
+   `shutdown_grace_seconds` to finish; after that it is abandoned cleanly: the
+   execution is cancelled, its worktree removed, nothing is closed and the lease
+   expires. A close that has begun is never cut short.
+
+Transport errors and 5xx from Activity Core are retried inside the queue client
+(bounded, jittered); the loop adds a back-off between turns. Conclusive refusals are
+never retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from ops_contracts import LabelsMode, OpsRun
+from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
+from rein_aharness.adapters.queue_errors import (
+    QueueAuthError,
+    QueueProtocolError,
+    QueueTransientError,
+)
+from rein_aharness.worker.closer import Closer
+from rein_aharness.worker.processor import RunProcessor, RunReport
+
+__all__ = ["Worker", "WorkerConfig"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str
+    labels: tuple[str, ...] | None = None
+    labels_mode: LabelsMode = LabelsMode.any
+    lease_seconds: int = 900
+    wait_seconds: int = 20
+    shutdown_grace_seconds: float = 25.0
+    outage_backoff_seconds: float = 5.0
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        client: ActivityCoreQueueClient,
+        closer: Closer,
+        processor: RunProcessor,
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._closer = closer
+        self._processor = processor
+        self.reports: list[RunReport] = []
+
+    async def run(self, *, once: bool = False, stop: anyio.Event | None = None) -> None:
+        stop = stop or anyio.Event()
+        while not stop.is_set():
+            replay = await _until(stop, self._closer.replay)
+            if replay is None:
+                return
+            if replay.stopped_early:
+                log.warning("activity-core unreachable while replaying closes; not claiming")
+                if once:
+                    return
+                await _sleep_unless(stop, self._config.outage_backoff_seconds)
+                continue
+            try:
+                runs = await _until(stop, self._claim)
+            except (QueueTransientError, QueueAuthError, QueueProtocolError) as exc:
+                log.warning("claim failed: %s", exc)
+                if once:
+                    return
+                await _sleep_unless(stop, self._config.outage_backoff_seconds)
+                continue
+            if runs is None:
+                return
+            if runs:
+                self.reports.append(await self._process(runs[0], stop))
+            if once:
+                return
+
+    async def _claim(self) -> list[OpsRun]:
+        config = self._config
+        return await self._client.claim(
+            config.worker_id,
+            labels=list(config.labels) if config.labels else None,
+            labels_mode=config.labels_mode,
+            limit=1,
+            lease_seconds=config.lease_seconds,
+            wait_seconds=config.wait_seconds,
+        )
+
+    async def _process(self, run: OpsRun, stop: anyio.Event) -> RunReport:
+        log.info("claimed run", extra={"run_id": str(run.id), "attempt": run.attempt})
+        box: list[RunReport] = []
+        failure: list[Exception] = []
+        with anyio.CancelScope() as run_scope:
+            async with anyio.create_task_group() as tasks:
+
+                async def abandon_after_grace() -> None:
+                    await stop.wait()
+                    grace = self._config.shutdown_grace_seconds
+                    log.info("stopping: the current run may finish within %s s", grace)
+                    await anyio.sleep(grace)
+                    log.warning("abandoning the current run; its lease will expire")
+                    run_scope.cancel()
+
+                async def process() -> None:
+                    try:
+                        box.append(await self._processor.process(run))
+                    except Exception as exc:
+                        failure.append(exc)
+                    finally:
+                        tasks.cancel_scope.cancel()
+
+                tasks.start_soon(abandon_after_grace)
+                tasks.start_soon(process)
+        if failure:
+            raise failure[0]
+        if box:
+            return box[0]
+        return RunReport(str(run.id), "abandoned", None, lease_lost="abandoned at shutdown")
+
+
+async def _until(stop: anyio.Event, call: Callable[[], Awaitable[T]]) -> T | None:
+    """`call()`, cancelled if `stop` is set first (then None). Its exceptions propagate."""
+    outcome: list[T] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tasks:
+
+        async def watch() -> None:
+            await stop.wait()
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(watch)
+        try:
+            outcome.append(await call())
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            tasks.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0] if outcome else None
+
+
+async def _sleep_unless(stop: anyio.Event, seconds: float) -> None:
+    with anyio.move_on_after(seconds):
+        await stop.wait()
