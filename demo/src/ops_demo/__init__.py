@@ -1,0 +1,1 @@
+"""The first-run demo: every process of the product on embedded defaults."""
