@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -99,11 +100,15 @@ async def discard_workspace(workspace: Workspace) -> None:
 async def sweep_worktrees(worktrees_root: Path) -> int:
     """Remove worktrees a killed worker left behind; how many were removed.
 
+    An approach runs in its own session, so SIGKILL of the worker does not end it: first
+    every process still working inside the worktrees root is killed (found by its
+    working directory in /proc, so a recycled pid can never hit an unrelated process).
     Only safe while this process holds the state directory's worker lock (no other
     worker uses this worktrees root).
     """
     if not worktrees_root.is_dir():
         return 0
+    await anyio.to_thread.run_sync(kill_processes_inside, worktrees_root)
     removed = 0
     for entry in sorted(worktrees_root.iterdir()):
         common = _common_dir_of(entry)
@@ -113,6 +118,30 @@ async def sweep_worktrees(worktrees_root: Path) -> int:
             with suppress(GitError):
                 await git(common, "--git-dir", os.fspath(common), "worktree", "prune")
     return removed
+
+
+def kill_processes_inside(root: Path, proc: Path = Path("/proc")) -> int:
+    """SIGKILL every process whose working directory lies under `root`; how many."""
+    real_root = root.resolve()
+    killed = 0
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd == real_root or cwd.is_relative_to(real_root):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                continue
+    return killed
 
 
 def _common_dir_of(worktree: Path) -> Path | None:

@@ -42,4 +42,3 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
     root = logging.getLogger("rein_aharness")
     root.handlers[:] = [handler]
     root.setLevel(level)
-    root.propagate = False
