@@ -9,6 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
+    activity_core,
+    db,
+    db_dsn,
+    repos,
+    server_dsn,
+    template_name,
+)
 
 from ops_evidence import MAX_COLLECTION_ITEMS, MAX_IDENTIFIER_CHARS, MAX_INT, MAX_PATH_CHARS
 from ops_evidence.fields import bounded_list, git_object_id, repo_path

@@ -316,9 +316,10 @@ def test_an_unusable_state_dir_exits_4(
     assert err.startswith("rein-aharness: close outbox unusable:") and "Traceback" not in err
 
 
-def test_run_is_not_implemented_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_without_a_catalogue_stops_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    # the worker loop itself is tested in test_rein_worker*.py
     code, _, err = _run(capsys, "run", "--once")
-    assert code == 2 and "not implemented yet" in err
+    assert code == 2 and err == "rein-aharness: REIN_AHARNESS_PROFILES: required for run\n"
 
 
 def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

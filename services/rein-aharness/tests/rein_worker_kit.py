@@ -1,0 +1,389 @@
+"""Test support for the worker: activity-core in-process on real PostgreSQL, real git
+repositories in tmp dirs, a catalogue file, and transports that misbehave on purpose.
+
+activity-core is imported here, from tests only; rein_aharness itself never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import textwrap
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
+from activity_core.db.migrate import migrate
+from activity_core.db.pool import init_connection
+from activity_core.http.app import create_app
+from activity_core.settings import load_settings as load_ac_settings
+from ops_contracts import OpsRun
+from rein_aharness.adapters.retry import RetryPolicy
+from rein_aharness.outbox import OutboxStore, resolve_outbox_root
+from rein_aharness.profiles import ProfileCatalogue, load_catalogue
+from rein_aharness.settings import Settings
+from rein_aharness.worker import Transports, WorkerRuntime, open_worker
+
+__all__ = [
+    "AC_BASE",
+    "FAST",
+    "GRANT",
+    "WORKER_ID",
+    "WORKER_TOKEN",
+    "ActivityCore",
+    "RecordingTransport",
+    "Repos",
+    "git",
+    "ops_run",
+    "run_worker_once",
+    "worker_settings",
+    "write_catalogue",
+]
+
+AC_BASE = "http://activity-core.test"
+FAST = RetryPolicy(attempts=2, initial_wait=0, max_wait=0)
+GRANT: dict[str, Any] = {
+    "version": "1",
+    "allowed_paths": ["briefs/"],
+    "commit_count": {"min": 1, "max": 1},
+    "publish": False,
+}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+}
+
+
+# -- PostgreSQL: a migrated template, one cloned database per test -----------------------
+
+
+def _with_database(dsn: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from activity_core.db.embedded import start_embedded
+
+    state = Path(tempfile.mkdtemp(prefix="rein-aharness-test-"))
+    dsn, handle = start_embedded(state, database="postgres")
+    yield dsn
+    del handle
+
+
+@pytest.fixture(scope="session")
+async def template_name(server_dsn: str) -> AsyncIterator[str]:
+    name = f"rein_template_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(_with_database(server_dsn, name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
+    name = f"rein_test_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
+        yield _with_database(server_dsn, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(db_dsn)
+    await init_connection(conn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@dataclass
+class ActivityCore:
+    app: Any
+    seeded: SeededQueue
+    db: asyncpg.Connection
+
+    def transport(self) -> httpx.ASGITransport:
+        return httpx.ASGITransport(app=self.app)
+
+    async def row(self, run_id: uuid.UUID) -> asyncpg.Record:
+        return await self.seeded.row(run_id)
+
+
+def activity_core_app(dsn: str, **env: Any) -> Any:
+    settings = load_ac_settings(**settings_env(ACTIVITY_CORE_ISSUE_SINK="none", **env))
+    return create_app(settings, dsn=dsn)
+
+
+@pytest.fixture
+async def activity_core(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[ActivityCore]:
+    app = activity_core_app(db_dsn)
+    lifespan = app.router.lifespan_context(app)
+    await lifespan.__aenter__()
+    try:
+        yield ActivityCore(app=app, seeded=SeededQueue(db), db=db)
+    finally:
+        await lifespan.__aexit__(None, None, None)
+
+
+# -- git ---------------------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str, stdin: str | None = None) -> str:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(GIT_ENV)
+    done = subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+@dataclass
+class Repos:
+    """A repositories root with helpers to make and inspect target repositories."""
+
+    root: Path
+
+    def make(self, target_repo: str = "research/briefs") -> Path:
+        repo = self.root / target_repo
+        repo.mkdir(parents=True)
+        git(repo, "init", "-q", "-b", "main")
+        (repo / "README.md").write_text("# briefs\n")
+        (repo / "briefs").mkdir()
+        (repo / "briefs" / ".keep").write_text("")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "initial")
+        return repo
+
+    @staticmethod
+    def refs(repo: Path) -> str:
+        return git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+
+    @staticmethod
+    def refs_outside_landings(repo: Path) -> str:
+        lines = Repos.refs(repo).splitlines()
+        return "\n".join(line for line in lines if not line.startswith("refs/heads/rein/"))
+
+    @staticmethod
+    def landings(repo: Path) -> dict[str, str]:
+        out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/rein/")
+        return dict(line.split(" ") for line in out.splitlines())
+
+    @staticmethod
+    def commit_count(repo: Path) -> int:
+        return int(git(repo, "rev-list", "--all", "--count"))
+
+    @staticmethod
+    def worktrees(repo: Path) -> list[str]:
+        return [
+            line
+            for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")
+        ]
+
+    @staticmethod
+    def status(repo: Path) -> str:
+        return git(repo, "status", "--porcelain")
+
+
+@pytest.fixture
+def repos(tmp_path: Path) -> Repos:
+    root = tmp_path / "repositories"
+    root.mkdir()
+    return Repos(root)
+
+
+# -- the catalogue and settings ---------------------------------------------------------
+
+CATALOGUE = """\
+profiles:
+  - id: harness.brief
+    version: 1.0.0
+    approach: brief
+    brief: {output_path: "briefs/{date}-{run_id}.md"}
+    sandbox_profile: profile.bwrap-local
+    resolved_model: null
+    rein: {id: rein-aharness, version: 0.1.0}
+  - id: harness.outside
+    version: 1.0.0
+    approach: brief
+    brief: {output_path: "docs/{run_id}.md"}
+    sandbox_profile: profile.bwrap-local
+    resolved_model: null
+    rein: {id: rein-aharness, version: 0.1.0}
+"""
+
+
+def command_profile(name: str, script: str, *, timeout_s: float = 30) -> str:
+    """A catalogue entry running `sh -c script` (PATH allowlisted)."""
+    body = textwrap.indent(
+        "\n".join(
+            [
+                f"- id: harness.{name}",
+                "  version: 1.0.0",
+                "  approach: command",
+                "  command:",
+                f"    argv: {json.dumps(['sh', '-c', script])}",
+                f"    timeout_s: {timeout_s}",
+                "    env_allowlist: [PATH, HOME]",
+                "  sandbox_profile: profile.bwrap-local",
+                "  resolved_model: model.test",
+                "  rein: {id: rein-aharness, version: 0.1.0}",
+            ]
+        ),
+        "  ",
+    )
+    return body + "\n"
+
+
+def write_catalogue(path: Path, *extra_profiles: str, legacy: str = "") -> Path:
+    path.write_text(CATALOGUE + "".join(extra_profiles) + legacy)
+    return path
+
+
+def worker_settings(tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "activity_core_url": AC_BASE,
+        "activity_core_worker_token": WORKER_TOKEN,
+        "activity_core_worker_id": WORKER_ID,
+        "rein_aharness_state_dir": tmp_path / "state",
+        "rein_aharness_profiles": catalogue,
+        "rein_aharness_repositories_root": repos.root,
+        "rein_aharness_wait_seconds": 0,
+        "rein_aharness_lease_seconds": 60,
+        "rein_aharness_backoff_seconds": 0.1,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+def outbox(settings: Settings) -> OutboxStore:
+    assert settings.rein_aharness_state_dir is not None
+    return OutboxStore(resolve_outbox_root(settings.rein_aharness_state_dir))
+
+
+async def run_worker_once(
+    settings: Settings,
+    transport: httpx.AsyncBaseTransport,
+    *,
+    retry: RetryPolicy = FAST,
+    events: httpx.AsyncBaseTransport | None = None,
+    catalogue: ProfileCatalogue | None = None,
+) -> WorkerRuntime:
+    assert settings.rein_aharness_profiles is not None
+    loaded = catalogue or load_catalogue(settings.rein_aharness_profiles)
+    async with open_worker(
+        settings, loaded, transports=Transports(queue=transport, events=events), retry=retry
+    ) as runtime:
+        await runtime.worker.run(once=True)
+    return runtime
+
+
+# -- transports --------------------------------------------------------------------------
+
+Hook = Callable[[httpx.Request], Awaitable[httpx.Response | None]]
+
+
+class RecordingTransport(httpx.AsyncBaseTransport):
+    """Forwards to `inner`, recording `METHOD path` of every request.
+
+    `before(request)` may answer instead of the inner transport (or raise, like a network
+    failure would); `after(request, response)` may replace or drop the response.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+        self.before: Hook | None = None
+        self.after: Callable[[httpx.Request, httpx.Response], Awaitable[httpx.Response]] | None = (
+            None
+        )
+
+    def paths(self, suffix: str) -> list[str]:
+        return [call for call in self.calls if call.endswith(suffix)]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls.append(f"{request.method} {request.url.path}")
+        if self.before is not None:
+            answer = await self.before(request)
+            if answer is not None:
+                return answer
+        response = await self.inner.handle_async_request(request)
+        if self.after is not None:
+            await response.aread()
+            return await self.after(request, response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# -- a run projection, for tests without a queue -----------------------------------
+
+
+def ops_run(**overrides: Any) -> OpsRun:
+    run: dict[str, Any] = {
+        "id": "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f",
+        "activity_definition_id": "0b7f3c1e-5d2a-4c8e-9f10-2a3b4c5d6e7f",
+        "idempotency_key": "fi-daily-brief:daily-brief:scheduled:2026-01-01",
+        "target_repo": "research/briefs",
+        "title": "Research brief",
+        "description": "",
+        "labels": ["automated"],
+        "priority": "medium",
+        "state": "claimed",
+        "claim_owner": "rein-aharness@railiance01",
+        "lease_until": "2026-01-01T12:15:00Z",
+        "attempt": 1,
+        "source_type": "rule",
+        "source_id": "daily-brief",
+        "triggering_event_id": "scheduled:2026-01-01",
+        "approach_hint": None,
+        "harness_profile_ref": "harness.brief@1.0.0",
+        "execution_refs": {},
+        "repository_grant": None,
+        "result": None,
+        "last_error": None,
+        "created_at": "2026-01-01T06:00:00Z",
+        "updated_at": "2026-01-01T06:00:00Z",
+    }
+    run.update(overrides)
+    return OpsRun.model_validate(run)

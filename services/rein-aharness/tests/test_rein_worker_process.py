@@ -1,0 +1,259 @@
+"""`rein-aharness run --once` as a real process against activity-core served by uvicorn.
+
+The Done-when demonstration: a worker killed with SIGKILL mid-close, started again,
+delivers the close exactly once (`reconciled`), and never repeats the repository work.
+A proxy in front of activity-core lets the complete request through (activity-core
+applies it) and then withholds the answer, so the worker is provably blocked inside the
+delivery when it is killed: no test-only hook in the worker is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import uvicorn
+from rein_worker_kit import (
+    GRANT,
+    WORKER_ID,
+    WORKER_TOKEN,
+    Repos,
+    activity_core_app,
+    command_profile,
+    write_catalogue,
+)
+
+from ac_testkit import SeededQueue
+from rein_aharness.outbox import OutboxStore
+
+WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
+
+Scope = dict[str, Any]
+
+
+class HoldingProxy:
+    """ASGI middleware: while `hold` is set, a `/complete` request is applied by
+    activity-core but its answer is never sent; `held` is set once that has happened."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.hold = True
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+        self.withheld: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.hold and scope["path"].endswith("/complete"):
+
+            async def swallow(message: dict[str, Any]) -> None:
+                self.withheld.append(message)
+
+            await self.inner(scope, receive, swallow)
+            self.held.set()
+            await self.release.wait()
+            return
+        await self.inner(scope, receive, send)
+
+
+@dataclass
+class Served:
+    url: str
+    proxy: HoldingProxy
+    seeded: SeededQueue
+
+
+@pytest.fixture
+async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
+    proxy = HoldingProxy(activity_core_app(db_dsn))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(proxy, lifespan="on", log_level="critical", access_log=False)
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield Served(f"http://127.0.0.1:{port}", proxy, SeededQueue(db))
+    finally:
+        proxy.release.set()
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_", "GIT_"))
+    }
+    env.update(
+        {
+            "ACTIVITY_CORE_URL": url,
+            "ACTIVITY_CORE_WORKER_TOKEN": WORKER_TOKEN,
+            "ACTIVITY_CORE_WORKER_ID": WORKER_ID,
+            "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
+            "REIN_AHARNESS_PROFILES": str(catalogue),
+            "REIN_AHARNESS_REPOSITORIES_ROOT": str(repos.root),
+            "REIN_AHARNESS_WAIT_SECONDS": "0",
+            "REIN_AHARNESS_LEASE_SECONDS": "3",
+        }
+    )
+    return env
+
+
+def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([str(WORKER_BIN), "run", "--once"], env=env, stdout=out, stderr=out)
+
+
+async def _exited(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    try:
+        async with asyncio.timeout(timeout):
+            while process.poll() is None:
+                await asyncio.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            _kill(process)
+    return process.returncode
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _working_in(root: Path) -> list[int]:
+    """Pids of processes whose working directory is under `root`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = Path(os.readlink(entry / "cwd"))
+            except OSError:
+                continue
+            if cwd.is_relative_to(root.resolve()):
+                found.append(int(entry.name))
+    return found
+
+
+def _log_lines(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_restart(
+    served: Served, repos: Repos, tmp_path: Path
+) -> None:
+    repo = repos.make()
+    commits_before = Repos.commit_count(repo)
+    run_id = await served.seeded.run(
+        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
+    )
+    env = _worker_env(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), served.url)
+    log = tmp_path / "worker.log"
+
+    first = _start(env, log)
+    try:
+        async with asyncio.timeout(30):
+            await served.proxy.held.wait()
+    finally:
+        _kill(first)  # SIGKILL while the worker waits for the complete's answer
+    assert first.returncode == -signal.SIGKILL
+
+    # activity-core applied the close; the worker never heard; its outbox entry is pending
+    applied = json.loads(
+        b"".join(
+            m.get("body", b"") for m in served.proxy.withheld if m["type"] == "http.response.body"
+        )
+    )
+    assert applied["close_disposition"] == "applied"
+    closed = await served.seeded.row(run_id)
+    assert closed["state"] == "succeeded"
+    store = OutboxStore(tmp_path / "state" / "close-outbox")
+    [pending] = store.snapshot().pending
+    assert (pending.run_id, pending.action, pending.attempts) == (str(run_id), "complete", 1)
+    assert Repos.commit_count(repo) == commits_before + 1
+    landings = Repos.landings(repo)
+    assert list(landings) == [f"refs/heads/rein/{run_id}/1"]
+
+    served.proxy.hold = False
+    second = _start(env, log)
+    assert await _exited(second) == 0
+
+    # delivered exactly once more, as the exact repeat: reconciled, the row untouched
+    [delivered] = (tmp_path / "state" / "close-outbox" / "delivered").iterdir()
+    record = json.loads(delivered.read_bytes())
+    assert (record["run_id"], record["disposition"], record["attempts"]) == (
+        str(run_id),
+        "reconciled",
+        2,
+    )
+    row = await served.seeded.row(run_id)
+    assert (row["state"], row["updated_at"], row["result"], row["attempt"]) == (
+        "succeeded",
+        closed["updated_at"],
+        closed["result"],
+        1,
+    )
+    # the repository work was not repeated
+    assert Repos.commit_count(repo) == commits_before + 1
+    assert Repos.landings(repo) == landings
+    assert store.snapshot().pending == ()
+    events = [line for line in _log_lines(log) if line["logger"] == "rein_aharness.events"]
+    assert [json.loads(e["msg"])["close_disposition"] for e in events] == ["reconciled"]
+
+
+async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_is_redone(
+    served: Served, repos: Repos, tmp_path: Path
+) -> None:
+    served.proxy.hold = False
+    repo = repos.make()
+    refs_before = Repos.refs(repo)
+    started = tmp_path / "started"
+    script = (
+        f'if [ "$REIN_RUN_ATTEMPT" = 1 ]; then touch {started}; sleep 30; fi; '
+        "echo done > briefs/redo.md && git add -A && git commit -qm redo"
+    )
+    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("redo", script))
+    run_id = await served.seeded.run(
+        harness_profile_ref="harness.redo@1.0.0", repository_grant=GRANT
+    )
+    env = _worker_env(tmp_path, repos, catalogue, served.url)
+    log = tmp_path / "worker.log"
+
+    first = _start(env, log)
+    try:
+        async with asyncio.timeout(30):
+            while not started.exists():
+                await asyncio.sleep(0.05)
+    finally:
+        _kill(first)
+    worktrees = tmp_path / "state" / "worktrees"
+    assert [p.name for p in worktrees.iterdir()] == [f"{run_id}.1"]  # killed mid-work
+    assert _working_in(worktrees)  # the approach outlived the worker (its own session)
+    assert Repos.refs(repo) == refs_before
+    assert OutboxStore(tmp_path / "state" / "close-outbox").snapshot().pending == ()
+
+    await served.seeded.expire_lease(run_id)
+    second = _start(env, log)
+    assert await _exited(second) == 0
+
+    row = await served.seeded.row(run_id)
+    assert (row["state"], row["attempt"]) == ("succeeded", 2)
+    assert list(Repos.landings(repo)) == [f"refs/heads/rein/{run_id}/2"]
+    assert list(worktrees.iterdir()) == []  # the leftover was swept, the new one removed
+    assert _working_in(worktrees) == []  # and the orphaned approach was killed
+    assert len(Repos.worktrees(repo)) == 1
