@@ -255,10 +255,7 @@ async def _emit_one(
         ref = None
         if outcome is SpawnOutcome.created:
             ref = await sink.publish(_with_run(task, run_id))
-        item = await _audit(conn, sink, spec, fire, plan, outcome, run_id, ref)
-        if outcome is SpawnOutcome.created:
-            await conn.execute(queries.RENOTIFY_OPEN)
-        return item
+        return await _audit(conn, sink, spec, fire, plan, outcome, run_id, ref)
     finally:
         # a broken connection has lost its session lock already; never mask the real error
         with contextlib.suppress(*_UNAVAILABLE, asyncpg.PostgresError):

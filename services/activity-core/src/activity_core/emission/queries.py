@@ -49,10 +49,3 @@ INSERT INTO task_spawn_log (
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 """
-
-# The audit insert's foreign-key check holds FOR KEY SHARE on the new run until it commits;
-# a long-poll claim woken by the insert's NOTIFY in that instant skips the row (its
-# SELECT ... FOR UPDATE SKIP LOCKED conflicts with KEY SHARE) and would sleep until the next
-# wake-up. Notifying again once the audit row is committed wakes it to look once more.
-# Same channel as the ops_runs_open_after_insert trigger (0001_initial.sql).
-RENOTIFY_OPEN = "SELECT pg_notify('ops_runs_open', '')"

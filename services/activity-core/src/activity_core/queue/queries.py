@@ -24,6 +24,10 @@ def _qualified(alias: str) -> str:
     return ", ".join(f"{alias}.{c.strip()}" for c in RUN_COLUMNS.split(","))
 
 
+# Locks are FOR NO KEY UPDATE throughout: no queue statement changes a key, and the weaker
+# lock does not conflict with the FOR KEY SHARE that a foreign-key check (task_spawn_log ->
+# ops_runs) takes on a just-emitted row, so SKIP LOCKED never skips a run it could claim.
+
 # Stale claims are reopened (or expired at the attempt ceiling) before a claim selects.
 # SKIP LOCKED: a row another claimer or closer holds is left to it; a bounded batch keeps
 # this statement short even after a fleet-wide outage left thousands of stale leases.
@@ -37,7 +41,7 @@ WITH stale AS (
     WHERE state = 'claimed' AND lease_until <= now()
     ORDER BY lease_until
     LIMIT 500
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE ops_runs AS r
 SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
@@ -66,7 +70,7 @@ WITH picked AS (
           END
     ORDER BY priority_rank, created_at, id
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE ops_runs AS r
 SET state = 'claimed',
@@ -85,7 +89,7 @@ LOCK_RUN_FOR_CLOSE = f"""
 SELECT {RUN_COLUMNS}, close_intent_digest, (lease_until > now()) AS lease_active
 FROM ops_runs
 WHERE id = $1
-FOR UPDATE
+FOR NO KEY UPDATE
 """
 
 # $1 id, $2 lease seconds
@@ -140,7 +144,7 @@ WITH stale AS (
     SELECT id, claim_owner
     FROM ops_runs
     WHERE state = 'claimed' AND lease_until <= now()
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE ops_runs AS r
 SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
