@@ -115,9 +115,10 @@ def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict
     return env
 
 
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    argv = [str(WORKER_BIN), "run", *(args or ("--once",))]
     with log.open("ab") as out:
-        return subprocess.Popen([str(WORKER_BIN), "run", "--once"], env=env, stdout=out, stderr=out)
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=out)
 
 
 async def _exited(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
@@ -257,3 +258,39 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     assert list(worktrees.iterdir()) == []  # the leftover was swept, the new one removed
     assert _working_in(worktrees) == []  # and the orphaned approach was killed
     assert len(Repos.worktrees(repo)) == 1
+
+
+async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
+    served: Served, repos: Repos, tmp_path: Path
+) -> None:
+    served.proxy.hold = False
+    repo = repos.make()
+    refs_before = Repos.refs(repo)
+    started = tmp_path / "started"
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml", command_profile("slow", f"touch {started}; sleep 30")
+    )
+    run_id = await served.seeded.run(
+        harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
+    )
+    env = _worker_env(tmp_path, repos, catalogue, served.url)
+    env.update({"REIN_AHARNESS_SHUTDOWN_GRACE_SECONDS": "0.5", "REIN_AHARNESS_WAIT_SECONDS": "5"})
+    log = tmp_path / "worker.log"
+
+    worker = _start(env, log, "--labels", "automated")  # the loop, not --once
+    try:
+        async with asyncio.timeout(30):
+            while not started.exists():
+                await asyncio.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    assert await _exited(worker, timeout=15) == 0
+
+    row = await served.seeded.row(run_id)
+    assert (row["state"], row["result"]) == ("claimed", None)  # nothing closed; lease expires
+    assert OutboxStore(tmp_path / "state" / "close-outbox").snapshot().pending == ()
+    assert list((tmp_path / "state" / "worktrees").iterdir()) == []
+    assert _working_in(tmp_path / "state" / "worktrees") == []
+    assert Repos.refs(repo) == refs_before
+    messages = [line["msg"] for line in _log_lines(log)]
+    assert "abandoning the current run; its lease will expire" in messages

@@ -20,6 +20,7 @@ from typing import NoReturn
 import anyio
 
 from ops_contracts import LabelsMode
+from rein_aharness.adapters.queue_errors import QueueError
 from rein_aharness.operator.commands import replay_command, status_command
 from rein_aharness.operator.exit_codes import EXIT_CODE_HELP, ExitCode
 from rein_aharness.outbox.errors import OutboxPathError
@@ -143,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(replay_command(settings, limit=args.limit, as_json=args.json, out=sys.stdout))
     except SettingsProblem as exc:
         return _fail(str(exc), ExitCode.USAGE)
+    except QueueError as exc:
+        # Only a claim refused as invalid (a configuration problem) gets here.
+        return _fail(f"run: {exc}", ExitCode.USAGE)
     except (OutboxPathError, OSError) as exc:
         return _fail(f"close outbox unusable: {_os_message(exc)}", ExitCode.STORE_UNUSABLE)
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ Each turn:
 
 Transport errors and 5xx from Activity Core are retried inside the queue client
 (bounded, jittered); the loop adds a back-off between turns. Conclusive refusals are
-never retried.
+never retried; a claim refused as invalid (a configuration problem) ends the worker.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class Worker:
                 self.reports.append(await self._process(runs[0], stop))
             if once:
                 return
+            if not runs and self._config.wait_seconds == 0:
+                # No long-poll to wait in: do not spin on an empty queue.
+                await _sleep_unless(stop, self._config.outage_backoff_seconds)
 
     async def _claim(self) -> list[OpsRun]:
         config = self._config
