@@ -15,5 +15,6 @@ CATALOGUES = [*sorted(ROOT.glob("deploy/k8s/**/profiles.yaml")), ROOT / "example
 @pytest.mark.parametrize("path", CATALOGUES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_catalogue_loads(path: Path) -> None:
     catalogue = load_catalogue(path)
-    for ref in catalogue.refs():
+    assert catalogue.refs
+    for ref in catalogue.refs:
         assert catalogue.resolve(ref) is not None
