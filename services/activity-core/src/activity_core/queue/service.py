@@ -1,4 +1,5 @@
-"""The queue's units of work: each claim and each close is one short transaction.
+"""The queue's units of work: a claim is one leasing statement (after the stale-lease
+reclaim), a close is one short transaction that locks its row.
 
 Routers call these; these own the transaction and call the SQL in queries.py and the
 pure decisions in close_decision.py. Driver errors are translated here, once.
@@ -146,7 +147,11 @@ class QueueService:
         mode = "none" if not spec.labels else spec.labels_mode.value
         labels = list(spec.labels or [])
         started = time.perf_counter()
-        async with self._connection() as conn, conn.transaction():
+        # Two statements, each its own short transaction (two round trips, not four with
+        # BEGIN/COMMIT): the reclaim is a complete transition on its own, and running it
+        # first lets the claim's fresh snapshot see the rows it reopened. When nothing is
+        # stale the reclaim writes nothing, so it costs no commit flush.
+        async with self._connection() as conn:
             stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
             rows = await conn.fetch(
                 queries.CLAIM, spec.worker_id, spec.lease_seconds, spec.limit, mode, labels
