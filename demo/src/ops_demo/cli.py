@@ -1,10 +1,455 @@
-"""`ops-demo`: placeholder until the demo lands."""
+"""`ops-demo`: the whole loop on one machine with nothing installed but Python and uv.
+
+    uv run ops-demo [--state-dir DIR] [--port N] [--automation SLUG] [--timeout S] [--no-wait]
+
+Starts an embedded PostgreSQL, a Temporal dev server, `activity-core serve`, its
+Temporal worker and one `rein-aharness run` worker against a local git repository it
+creates; syncs examples/definitions/, fires one automation, prints one line per state
+change of its ops runs until they are done, then the ops UI address and a freshly
+generated operator token. Everything keeps running until Ctrl-C, which stops it all
+(exit 0). A process that fails to start ends the demo with one line naming it and its
+log; nothing is left running either way.
+
+State (database, Temporal's SQLite file, the repository, the worker's outbox, the logs)
+lives in `--state-dir`, default `$XDG_STATE_HOME/ops-demo` or `~/.local/state/ops-demo`,
+and is reused by the next run.
+"""
 
 from __future__ import annotations
 
+import argparse
+import fcntl
+import os
+import secrets
+import shutil
+import signal
 import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn, TextIO
+
+from ops_demo.api import ApiError, OpsApi
+from ops_demo.postgres import EmbeddedPostgres
+from ops_demo.processes import ProcessFailed, Supervisor, free_port
+from ops_demo.processes import port_is_open as _port_is_open
+from ops_demo.progress import RunFollower
+from ops_demo.repository import GitFailed, init_repository
+from ops_demo.stack import (
+    ActivityCoreConfig,
+    WorkerConfig,
+    activity_core_migrate,
+    activity_core_serve,
+    activity_core_temporal_worker,
+    base_environment,
+    rein_worker,
+    sync_definitions,
+    temporal_dev_server,
+)
+
+__all__ = ["main"]
+
+PROG = "ops-demo"
+DEFAULT_AUTOMATION = "fi-daily-brief"
+DEFAULT_PORT = 8080
+WORKER_ID = "rein-aharness@ops-demo"
+POLL_SECONDS = 0.2
+
+# what each process is called in the terminal
+_TITLES = {
+    "temporal": "Temporal dev server",
+    "activity-core-serve": "activity-core",
+    "activity-core-temporal-worker": "activity-core temporal-worker",
+    "rein-aharness-worker": "rein-aharness worker",
+}
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("ops-demo: not available yet", file=sys.stderr)
-    return 2
+class DemoError(Exception):
+    """The demo cannot go on; the message is the one line to print."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def default_state_dir() -> Path:
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+    return base / "ops-demo"
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError("must be between 0 and 86400 seconds")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 1 <= value <= 65_535:
+        raise argparse.ArgumentTypeError("must be between 1 and 65535")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=(
+            "Start PostgreSQL, Temporal, activity-core and a rein-aharness worker, fire one "
+            "automation, follow its run to the end and serve the ops UI until Ctrl-C."
+        ),
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="where the demo keeps its data and logs (default: %(default)s)",
+        default=default_state_dir(),
+    )
+    parser.add_argument(
+        "--port",
+        type=_port,
+        help=f"activity-core's port (default: {DEFAULT_PORT} when free, else any free port)",
+    )
+    parser.add_argument(
+        "--automation",
+        default=DEFAULT_AUTOMATION,
+        help="the example definition to fire (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--examples", type=Path, help="the examples directory (default: the checkout's)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=180.0,
+        help="how long to wait for the run to complete, in seconds (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="stop everything and exit once the run has completed",
+    )
+    return parser
+
+
+def find_examples(explicit: Path | None) -> Path:
+    """The examples directory: `explicit`, else the checkout this package runs from, else
+    the working directory's."""
+    candidates = [explicit] if explicit is not None else []
+    if explicit is None:
+        here = Path(__file__).resolve()
+        candidates += [parent / "examples" for parent in here.parents]
+        candidates.append(Path.cwd() / "examples")
+    for candidate in candidates:
+        if (candidate / "definitions").is_dir() and (candidate / "profiles.yaml").is_file():
+            return candidate.resolve()
+    where = explicit if explicit is not None else "the checkout"
+    raise DemoError(
+        f"no examples directory with definitions/ and profiles.yaml in {where}; "
+        "run from the repository or pass --examples"
+    )
+
+
+class Console:
+    """What the user reads: lines on stdout, flushed at once."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def line(self, text: str = "") -> None:
+        print(text, file=self.stream, flush=True)
+
+    def step(self, text: str, started: float | None = None) -> None:
+        took = f"  ({time.monotonic() - started:.1f} s)" if started is not None else ""
+        self.line(f"  [ok] {text}{took}")
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, console: Console) -> None:
+        self.args = args
+        self.out = console
+        self.state: Path = args.state_dir.expanduser().resolve()
+        self.sup: Supervisor | None = None
+        self.postgres = EmbeddedPostgres(self.state / "postgres")
+        self.failed = False
+        self._lock_fd: int | None = None
+
+    # -- the steps --------------------------------------------------------------------
+
+    def run(self) -> int:
+        args = self.args
+        self.state.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        examples = find_examples(args.examples)
+        if shutil.which("git") is None:
+            raise DemoError("git is not installed; the rein-aharness worker needs it")
+        logs = self.state / "logs"
+        self.out.line(f"{PROG}: starting everything (state {self.state}, logs {logs})")
+        sup = self.sup = Supervisor(logs, env=base_environment(), stop_timeout=20)
+
+        started = time.monotonic()
+        temporal, temporal_address = temporal_dev_server(sup, self.state / "temporal", wait=False)
+        dsn = self.postgres.start()
+        self.out.step(f"PostgreSQL (embedded), data in {self.postgres.pgdata}", started)
+
+        operator_token = secrets.token_urlsafe(24)
+        config = ActivityCoreConfig(
+            database_url=dsn,
+            temporal_address=temporal_address,
+            operator_token=operator_token,
+            worker_token=secrets.token_urlsafe(24),
+            worker_id=WORKER_ID,
+        )
+        started = time.monotonic()
+        migrated = activity_core_migrate(sup, config)
+        self.out.step(_last_line(migrated.output, "schema migrated"), started)
+
+        started = time.monotonic()
+        temporal.wait_ready()
+        self.out.step(f"Temporal dev server at {temporal_address}", started)
+
+        repositories = self.state / "repositories"
+        repository = repositories / "research" / "briefs"
+        init_repository(
+            repository,
+            {"README.md": "# research/briefs\n\nBriefs written by the ops-demo worker.\n"},
+            message="ops-demo: an empty briefs repository",
+        )
+        worker_config = WorkerConfig(
+            activity_core_url="",  # set below, once the port is known
+            worker_id=WORKER_ID,
+            worker_token=config.worker_token or "",
+            state_dir=self.state / "rein-aharness",
+            profiles=examples / "profiles.yaml",
+            repositories_root=repositories,
+            shutdown_grace_seconds=5,
+            # activity-core's graceful stop waits for a long-poll claim in flight, even
+            # one whose worker has gone: keep it short so Ctrl-C is quick
+            wait_seconds=5,
+        )
+
+        started = time.monotonic()
+        serve, url = activity_core_serve(sup, config, port=self._port(), wait=False)
+        temporal_worker = activity_core_temporal_worker(sup, config, wait=False)
+        worker = rein_worker(
+            sup,
+            _with_url(worker_config, url),
+            name="rein-aharness-worker",
+            wait=False,
+        )
+        serve.wait_ready()
+        self.out.step(f"activity-core at {url}", started)
+        temporal_worker.wait_ready()
+        self.out.step(f"activity-core temporal-worker (task queue {config.task_queue})", started)
+        worker.wait_ready()
+        self.out.step(f"rein-aharness worker {WORKER_ID}, repositories in {repositories}", started)
+
+        started = time.monotonic()
+        synced = sync_definitions(sup, config, [examples / "definitions"])
+        self.out.step(_last_line(synced.output, "definitions synced"), started)
+
+        with OpsApi(url, operator_token) as api:
+            outcome = self._fire_and_follow(api, args.automation)
+        detail_url = f"{url}/ops/ui/automations/{args.automation}/runs/{outcome.run_id}"
+        self.out.line()
+        self.out.line(f"Ops UI:          {detail_url}")
+        self.out.line(f"                 (all automations: {url}/ops/ui/)")
+        self.out.line(f"Operator token:  {operator_token}")
+        self.out.line("                 (log in with it; it is printed only now and changes")
+        self.out.line("                 with every start)")
+        self.out.line()
+        if args.no_wait:
+            return 1 if self.failed else 0
+        self.out.line("Everything keeps running. Press Ctrl-C to stop.")
+        self._watch()
+        return 1  # not reached: _watch returns only by an exception
+
+    def _port(self) -> int:
+        if self.args.port is not None:
+            if _port_is_open("127.0.0.1", self.args.port):
+                raise DemoError(f"port {self.args.port} is in use; pass another --port")
+            return int(self.args.port)
+        if not _port_is_open("127.0.0.1", DEFAULT_PORT):
+            return DEFAULT_PORT
+        return free_port()
+
+    def _fire_and_follow(self, api: OpsApi, automation: str) -> _Outcome:
+        follower = RunFollower(self._log("activity-core-serve"))
+        fired = api.fire(
+            automation,
+            {"correlation_id": f"ops-demo-{secrets.token_hex(6)}", "goal_ref": "ops-demo"},
+        )
+        run_id = str(fired["run_id"])
+        self.out.line(f"fired {automation} (Temporal workflow {fired['workflow_id']})")
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            self._check_alive()
+            detail = api.fire_detail(automation, run_id)
+            fire = detail["run"] if detail is not None else None
+            if fire is not None and fire["status"] == "failed":
+                self.failed = True
+                raise DemoError(
+                    f"the fire of {automation} failed in the temporal-worker "
+                    f"(log: {self._log('activity-core-temporal-worker')})"
+                )
+            if fire is not None and follower.done(fire):
+                for change in follower.settle(fire):
+                    self.out.line(change.line())
+                return self._report(fire, run_id)
+            for change in follower.update(fire):
+                self.out.line(change.line())
+            if time.monotonic() > deadline:
+                self.failed = True
+                self.out.line(
+                    f"{PROG}: the run did not complete within {self.args.timeout:g} s "
+                    f"(logs in {self.state / 'logs'}); everything keeps running to inspect it"
+                )
+                return _Outcome(run_id)
+            time.sleep(POLL_SECONDS)
+
+    def _report(self, fire: dict[str, Any], run_id: str) -> _Outcome:
+        runs = fire["ops_runs"]
+        if not runs:
+            self.out.line("run completed: emitted no ops run (a report-only automation)")
+            return _Outcome(run_id)
+        states = sorted({ops_run["state"] for ops_run in runs})
+        self.failed = states != ["succeeded"]
+        self.out.line(f"run completed: {', '.join(states)}")
+        repositories = self.state / "repositories"
+        for ops_run in runs:
+            for artefact in ops_run["artifacts"]:
+                head = (artefact.get("head_after") or "")[:12]
+                branch = f"rein/{ops_run['id']}/{ops_run['attempt']}"
+                repository = repositories / (artefact.get("target_repo") or ops_run["target_repo"])
+                self.out.line(f"  artefact {artefact['path']} at commit {head} (branch {branch})")
+                self.out.line(f"  see it:  git -C {repository} show {branch}:{artefact['path']}")
+            if ops_run["last_error"]:
+                self.out.line(f"  last error: {ops_run['last_error']}")
+        return _Outcome(run_id)
+
+    def _watch(self) -> None:
+        while True:
+            self._check_alive()
+            time.sleep(0.5)
+
+    def _check_alive(self) -> None:
+        assert self.sup is not None
+        for process in self.sup.processes:
+            if process.starts and not process.alive:
+                self.failed = True
+                raise ProcessFailed(
+                    _TITLES.get(process.name, process.name),
+                    f"exited unexpectedly with status {process.returncode}",
+                    process.log_path,
+                )
+
+    def _log(self, name: str) -> Path:
+        assert self.sup is not None
+        return self.sup.log_path(name)
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        names: list[str] = []
+        sup = self.sup
+        if sup is not None:
+            running = [p for p in reversed(sup.processes) if p.alive]
+            names = [_TITLES.get(p.name, p.name) for p in running]
+        if self.postgres.started:
+            names.append("PostgreSQL")
+        if names:
+            self.out.line(f"stopping {', '.join(names)} ...")
+        problems: list[str] = []
+        if sup is not None:
+            for process in reversed(sup.processes):
+                _quietly(process.cleanup, problems)
+        _quietly(self.postgres.close, problems)
+        for problem in problems:
+            print(f"{PROG}: {problem}", file=sys.stderr)
+        if names:
+            self.out.line("stopped." if not problems else "stopped, with the problems above.")
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _take_lock(self) -> None:
+        path = self.state / "ops-demo.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise DemoError(
+                f"another ops-demo is running with the state dir {self.state}"
+            ) from None
+        self._lock_fd = fd
+
+
+class _Outcome:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+
+def _with_url(config: WorkerConfig, url: str) -> WorkerConfig:
+    from dataclasses import replace
+
+    return replace(config, activity_core_url=url)
+
+
+def _last_line(output: str, fallback: str) -> str:
+    lines = [
+        line.removeprefix("activity-core: ").strip()
+        for line in output.splitlines()
+        if line.startswith("activity-core: ") and "embedded PostgreSQL" not in line
+    ]
+    return lines[-1] if lines else fallback
+
+
+def _quietly(action: Callable[[], object], problems: list[str]) -> None:
+    try:
+        action()
+    except ProcessFailed as exc:
+        problems.append(str(exc))
+    except Exception as exc:
+        problems.append(f"while stopping: {type(exc).__name__}: {exc}")
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    console = Console()
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    demo = Demo(args, console)
+    code = 0
+    try:
+        code = demo.run()
+    except KeyboardInterrupt:
+        console.line()
+        code = 1 if demo.failed else 0
+    except (ProcessFailed, ApiError, GitFailed, DemoError, FileNotFoundError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        # stopping takes a few seconds; a second Ctrl-C must not cut it short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        demo.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
