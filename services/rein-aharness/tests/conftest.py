@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ops_evidence import MAX_COLLECTION_ITEMS, MAX_IDENTIFIER_CHARS, MAX_INT, MAX_PATH_CHARS
+from ops_evidence.fields import bounded_list, git_object_id, repo_path
+from rein_aharness.outbox import OutboxStore, Retention
 from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
     activity_core,
     db,
@@ -17,10 +21,6 @@ from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
     server_dsn,
     template_name,
 )
-
-from ops_evidence import MAX_COLLECTION_ITEMS, MAX_IDENTIFIER_CHARS, MAX_INT, MAX_PATH_CHARS
-from ops_evidence.fields import bounded_list, git_object_id, repo_path
-from rein_aharness.outbox import OutboxStore, Retention
 
 WORKER = "rein-aharness@railiance01"
 RUN_ID = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"

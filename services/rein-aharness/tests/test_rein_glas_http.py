@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 import respx
-from rein_worker_kit import CATALOGUE, GRANT, ops_run
 
 from ops_contracts import OpsRun, parse_repository_grant
 from rein_aharness.adapters.retry import RetryPolicy
@@ -21,6 +20,7 @@ from rein_aharness.gateway import (
     QueuedRequest,
 )
 from rein_aharness.profiles import ProfileCatalogue
+from rein_worker_kit import CATALOGUE, GRANT, ops_run
 
 BASE = "http://glas.test"
 FAST = RetryPolicy(attempts=3, initial_wait=0, max_wait=0)

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rein_worker_kit import CATALOGUE, GRANT, ops_run
 
 from rein_aharness.profiles import (
     CatalogueError,
@@ -21,6 +20,7 @@ from rein_aharness.profiles import (
     render_output_path,
     select_execution,
 )
+from rein_worker_kit import CATALOGUE, GRANT, ops_run
 
 LEGACY = """\
 legacy_approaches:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from rein_worker_kit import GRANT, Repos, git
 
 from ops_contracts import parse_repository_grant
 from rein_aharness.gateway.approaches.command import run_command
@@ -22,6 +21,7 @@ from rein_aharness.repository import (
     worktree_session,
 )
 from rein_aharness.repository.worktree import kill_processes_inside
+from rein_worker_kit import GRANT, Repos, git
 
 SHA = "a" * 40
 

@@ -11,6 +11,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+
+from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
+from rein_aharness.adapters.retry import RetryPolicy
+from rein_aharness.outbox import OutboxStore
+from rein_aharness.profiles import load_catalogue
+from rein_aharness.worker import Transports, open_worker
 from rein_worker_kit import (
     FAST,
     GRANT,
@@ -26,12 +32,6 @@ from rein_worker_kit import (
     worker_settings,
     write_catalogue,
 )
-
-from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
-from rein_aharness.adapters.retry import RetryPolicy
-from rein_aharness.outbox import OutboxStore
-from rein_aharness.profiles import load_catalogue
-from rein_aharness.worker import Transports, open_worker
 
 FAST_ONCE = RetryPolicy(attempts=1, initial_wait=0, max_wait=0)
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rein_worker_kit import CATALOGUE
 
 from rein_aharness.cli import main
 from rein_aharness.outbox import OutboxPathError
 from rein_aharness.worker.app import hold_worker_lock
+from rein_worker_kit import CATALOGUE
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,9 @@ from typing import Any
 import asyncpg
 import pytest
 import uvicorn
+
+from ac_testkit import SeededQueue
+from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
     WORKER_ID,
@@ -33,9 +36,6 @@ from rein_worker_kit import (
     command_profile,
     write_catalogue,
 )
-
-from ac_testkit import SeededQueue
-from rein_aharness.outbox import OutboxStore
 
 WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
 

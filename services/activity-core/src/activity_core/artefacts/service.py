@@ -15,8 +15,6 @@ DatabaseUnavailable, unknown automations and fires a not_found refusal.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -29,6 +27,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from ops_contracts import RefusalCode, RunState
 
+from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from . import queries
 from .models import (
@@ -67,23 +66,11 @@ def _as_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-def encode_cursor(started_at: datetime, fire_id: uuid.UUID) -> str:
-    raw = f"{started_at.isoformat()}|{fire_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        started, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
-        when = datetime.fromisoformat(started)
-        if when.tzinfo is None:
-            raise ValueError("naive timestamp")
-        return when, uuid.UUID(ident)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise QueueRefusal(
-            RefusalCode.invalid_request, "cursor is not one this API issued"
-        ) from exc
+        return decode_cursor(cursor)
+    except InvalidCursor as exc:
+        raise QueueRefusal(RefusalCode.invalid_request, str(exc)) from exc
 
 
 def _automation(row: asyncpg.Record) -> dict[str, Any]:
@@ -147,7 +134,7 @@ class ArtefactService:
         self, automation: str, *, limit: int = 20, cursor: str | None = None
     ) -> FirePage:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
-        after = decode_cursor(cursor) if cursor is not None else (None, None)
+        after = _decode_cursor(cursor) if cursor is not None else (None, None)
         async with self._snapshot() as conn:
             ref = await self._definition(conn, automation)
             rows = await conn.fetch(queries.FIRES_PAGE, ref.id, after[0], after[1], limit + 1)

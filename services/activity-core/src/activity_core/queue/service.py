@@ -8,8 +8,6 @@ pure decisions in close_decision.py. Driver errors are translated here, once.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import time
 import uuid
@@ -33,6 +31,7 @@ from ops_contracts import (
 )
 from ops_evidence import normalize_result, sanitize_error
 
+from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
 from . import queries
 from .close_decision import (
     ApplyTerminal,
@@ -90,20 +89,11 @@ def project(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
     return run
 
 
-def encode_cursor(created_at: datetime, run_id: uuid.UUID) -> str:
-    raw = f"{created_at.isoformat()}|{run_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
-        return datetime.fromisoformat(created), uuid.UUID(ident)
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise QueueRefusal(
-            RefusalCode.invalid_request, "cursor is not one this API issued"
-        ) from exc
+        return decode_cursor(cursor)
+    except InvalidCursor as exc:
+        raise QueueRefusal(RefusalCode.invalid_request, str(exc)) from exc
 
 
 class QueueService:
@@ -312,7 +302,7 @@ class QueueService:
         return project(row)
 
     async def list(self, flt: ListFilter) -> tuple[list[dict[str, Any]], str | None]:
-        cursor_at, cursor_id = decode_cursor(flt.cursor) if flt.cursor else (None, None)
+        cursor_at, cursor_id = _decode_cursor(flt.cursor) if flt.cursor else (None, None)
         async with self._connection() as conn:
             rows = await conn.fetch(
                 queries.LIST_RUNS,
