@@ -1,0 +1,89 @@
+"""The database, read from the test's side: asyncpg on a private event loop thread, so
+the synchronous tests never touch pytest-asyncio's loops."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import asyncpg
+
+__all__ = ["Db", "fresh_database", "with_database"]
+
+T = TypeVar("T")
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+class Db:
+    """One connection per call: a database restart between two calls is no problem."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._loop = _Loop()
+
+    def close(self) -> None:
+        self._loop.close()
+
+    async def _call(self, method: str, query: str, *args: Any) -> Any:
+        conn = await asyncpg.connect(self.dsn, timeout=10)
+        try:
+            return await getattr(conn, method)(query, *args)
+        finally:
+            await conn.close()
+
+    def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = self._loop.run(self._call("fetch", query, *args))
+        return rows
+
+    def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        row: asyncpg.Record | None = self._loop.run(self._call("fetchrow", query, *args))
+        return row
+
+    def fetchval(self, query: str, *args: Any) -> Any:
+        return self._loop.run(self._call("fetchval", query, *args))
+
+    def execute(self, query: str, *args: Any) -> str:
+        status: str = self._loop.run(self._call("execute", query, *args))
+        return status
+
+
+def fresh_database(server_dsn: str, prefix: str = "e2e") -> tuple[str, str]:
+    """CREATE DATABASE on the server; (its name, its DSN)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = Db(server_dsn)
+    try:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        admin.close()
+    return name, with_database(server_dsn, name)
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    admin = Db(server_dsn)
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()

@@ -1,0 +1,93 @@
+"""An HTTP proxy between a worker and activity-core that can lose `complete` answers.
+
+While `drop_complete_answers` is set, a `POST /ops-runs/{id}/complete` is forwarded and
+answered by activity-core (which applies it), and then the connection to the worker is
+closed without a response: exactly a network failure after the server accepted the
+close. Everything else, and every request once it is unset, passes through.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+__all__ = ["DroppingProxy"]
+
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "upgrade"}
+)
+
+
+class DroppingProxy:
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.drop_complete_answers = True
+        self.dropped: list[tuple[str, int]] = []  # (path, the status activity-core answered)
+        self.forwarded = 0
+        self._lock = threading.Lock()
+        self._http = httpx.Client(timeout=60.0)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                try:
+                    answer = proxy._http.request(
+                        self.command, proxy.upstream + self.path, headers=headers, content=body
+                    )
+                except httpx.HTTPError:
+                    # activity-core is down: the worker sees a dropped connection too
+                    self.close_connection = True
+                    return
+                with proxy._lock:
+                    proxy.forwarded += 1
+                    drop = (
+                        proxy.drop_complete_answers
+                        and self.command == "POST"
+                        and (self.path.split("?")[0].endswith("/complete"))
+                    )
+                    if drop:
+                        proxy.dropped.append((self.path, answer.status_code))
+                if drop:
+                    self.close_connection = True
+                    return
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in _HOP_BY_HOP:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = _forward
+            do_POST = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def pass_through(self) -> None:
+        with self._lock:
+            self.drop_complete_answers = False
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+        self._http.close()

@@ -1,0 +1,309 @@
+"""One deployment of the product as real processes, and what the scenarios ask of it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import httpx
+from ops_demo.api import OpsApi
+from ops_demo.processes import ManagedProcess, Supervisor
+from ops_demo.stack import (
+    ActivityCoreConfig,
+    WorkerConfig,
+    rein_worker,
+)
+
+from activity_core.definitions.model import definition_uuid
+from e2e_kit.db import Db
+from e2e_kit.hub import StubHub
+
+__all__ = ["Stack", "log_lines", "outbox", "processes_under"]
+
+T = TypeVar("T")
+
+FORGEJO = "https://forgejo.e2e.test"
+
+
+@dataclass
+class Stack:
+    """activity-core (replicas, Temporal worker) on one database, and the places the
+    scenarios' workers use: the profile catalogue, the repositories root, marker files."""
+
+    root: Path
+    sup: Supervisor
+    db: Db
+    config: ActivityCoreConfig
+    temporal_address: str
+    hub: StubHub
+    tokens: dict[str, str]
+    profiles: Path
+    repositories: Path
+    marks: Path
+    serves: list[tuple[ManagedProcess, str]] = field(default_factory=list)
+    temporal_worker: ManagedProcess | None = None
+
+    # -- activity-core ----------------------------------------------------------------
+
+    def url(self, replica: int = 0) -> str:
+        return self.serves[replica][1]
+
+    def api(self, replica: int = 0) -> OpsApi:
+        return OpsApi(self.url(replica), self.config.operator_token)
+
+    def fire(self, slug: str, *, replica: int = 0, **body: Any) -> str:
+        """Manual fire through a serve replica; the fire's (Temporal) run id."""
+        with self.api(replica) as api:
+            return str(api.fire(slug, body or None)["run_id"])
+
+    def trigger_schedule(self, slug: str) -> None:
+        """Fire the Temporal schedule `activity:{slug}` now, with the real `temporal` CLI
+        (the schedule's own action, so the workflow sees a scheduled fire)."""
+        from activity_core.temporal.dev_server import temporal_binary
+
+        done = subprocess.run(
+            [
+                str(temporal_binary()),
+                "schedule",
+                "trigger",
+                "--schedule-id",
+                f"activity:{slug}",
+                "--overlap-policy",
+                "AllowAll",
+                "--address",
+                self.temporal_address,
+                "--namespace",
+                "default",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, f"temporal schedule trigger failed: {done.stderr}"
+
+    def ops_runs(self, slug: str) -> list[asyncpg.Record]:
+        return self.db.fetch(
+            "SELECT * FROM ops_runs WHERE activity_definition_id = $1 ORDER BY created_at",
+            definition_uuid(slug),
+        )
+
+    def ops_run(self, run_id: Any) -> asyncpg.Record:
+        row = self.db.fetchrow("SELECT * FROM ops_runs WHERE id = $1", run_id)
+        assert row is not None, f"no ops run {run_id}"
+        return row
+
+    def fires(self, slug: str) -> list[asyncpg.Record]:
+        return self.db.fetch(
+            "SELECT * FROM activity_runs WHERE activity_definition_id = $1 ORDER BY started_at",
+            definition_uuid(slug),
+        )
+
+    def ui_page(self, path: str, *, replica: int = 0) -> httpx.Response:
+        """A UI page as a signed-in operator: through the login form, with its cookie."""
+        with httpx.Client(base_url=self.url(replica), follow_redirects=True, timeout=15) as ui:
+            login = ui.post(
+                "/ops/ui/login", data={"token": self.config.operator_token, "next": path}
+            )
+            assert login.status_code == 200, login.text
+            assert ui.cookies, "the login form set no session cookie"
+            return ui.get(path)
+
+    # -- workers ----------------------------------------------------------------------
+
+    def worker_config(
+        self,
+        worker_id: str,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        state_dir: Path | None = None,
+        lease_seconds: int = 30,
+        wait_seconds: int = 1,
+        backoff_seconds: float = 0.5,
+        shutdown_grace_seconds: float = 2.0,
+    ) -> WorkerConfig:
+        return WorkerConfig(
+            activity_core_url=url or self.url(0),
+            worker_id=worker_id,
+            worker_token=token if token is not None else self.tokens[worker_id],
+            state_dir=state_dir or self.root / "workers" / worker_id,
+            profiles=self.profiles,
+            repositories_root=self.repositories,
+            event_sink_url=f"{self.hub.url}/events",
+            lease_seconds=lease_seconds,
+            wait_seconds=wait_seconds,
+            backoff_seconds=backoff_seconds,
+            shutdown_grace_seconds=shutdown_grace_seconds,
+            log_level="DEBUG",
+        )
+
+    def worker(
+        self,
+        config: WorkerConfig,
+        labels: Sequence[str],
+        *,
+        name: str | None = None,
+        wait: bool = True,
+    ) -> ManagedProcess:
+        return rein_worker(
+            self.sup, config, name=name or f"worker-{config.worker_id}", labels=labels, wait=wait
+        )
+
+    # -- waiting ----------------------------------------------------------------------
+
+    def wait(
+        self,
+        condition: Callable[[], T | bool | None],
+        *,
+        timeout: float,
+        what: str,
+        interval: float = 0.1,
+    ) -> T:
+        """Poll `condition` until it is truthy (returned). On timeout, fail naming `what`
+        with the end of every process's log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value  # type: ignore[return-value]
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout:g} s waiting for {what}\n{self.sup.describe()}"
+                )
+            time.sleep(interval)
+
+
+def log_lines(process: ManagedProcess) -> list[dict[str, Any]]:
+    """A process's JSON log lines (every start); other lines are skipped."""
+    lines = []
+    for raw in process.log_text().splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict):
+            lines.append(line)
+    return lines
+
+
+@dataclass(frozen=True)
+class Outbox:
+    pending: list[dict[str, Any]]
+    delivered: list[dict[str, Any]]
+    quarantined: list[str]
+
+    def for_run(self, run_id: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        run = str(run_id)
+        return (
+            [e for e in self.pending if e["run_id"] == run],
+            [e for e in self.delivered if e["run_id"] == run],
+        )
+
+
+def outbox(state_dir: Path) -> Outbox:
+    """A worker's close outbox, read from its directories."""
+    root = state_dir / "close-outbox"
+
+    def entries(directory: Path) -> list[dict[str, Any]]:
+        if not directory.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+
+    quarantine = root / "quarantine"
+    return Outbox(
+        pending=entries(root / "pending"),
+        delivered=entries(root / "delivered"),
+        quarantined=sorted(p.name for p in quarantine.iterdir()) if quarantine.is_dir() else [],
+    )
+
+
+def processes_under(directories: Iterable[Path]) -> list[int]:
+    """Pids of processes whose working directory lies under any of `directories`."""
+    roots = [d.resolve() for d in directories]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = Path(entry.joinpath("cwd").readlink())
+        except OSError:
+            continue
+        if any(cwd == root or cwd.is_relative_to(root) for root in roots):
+            found.append(int(entry.name))
+    return found
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def start_stack(
+    *,
+    sup: Supervisor,
+    root: Path,
+    dsn: str,
+    temporal_address: str,
+    hub: StubHub,
+    tokens: dict[str, str],
+    definitions: Path,
+    profiles: Path,
+    repositories: Path,
+    marks: Path,
+    task_queue: str,
+    replicas: int,
+    name: str,
+) -> Stack:
+    """Migrate, then start `replicas` serve processes and the Temporal worker (at once),
+    then sync the definitions: a deployment as its release order has it."""
+    from ops_demo.stack import (
+        activity_core_migrate,
+        activity_core_serve,
+        activity_core_temporal_worker,
+        sync_definitions,
+        write_worker_credentials,
+    )
+
+    config = ActivityCoreConfig(
+        database_url=dsn,
+        temporal_address=temporal_address,
+        operator_token=new_token(),
+        worker_credentials_file=write_worker_credentials(root / f"{name}-workers.json", tokens),
+        task_queue=task_queue,
+        state_hub_url=hub.url,
+        max_attempts=3,
+        forgejo_web_base=FORGEJO,
+    )
+    activity_core_migrate(sup, config)
+    stack = Stack(
+        root=root,
+        sup=sup,
+        db=Db(dsn),
+        config=config,
+        temporal_address=temporal_address,
+        hub=hub,
+        tokens=tokens,
+        profiles=profiles,
+        repositories=repositories,
+        marks=marks,
+    )
+    for replica in range(replicas):
+        stack.serves.append(
+            activity_core_serve(sup, config, name=f"{name}-serve-{replica + 1}", wait=False)
+        )
+    stack.temporal_worker = activity_core_temporal_worker(
+        sup, config, name=f"{name}-temporal-worker", wait=False
+    )
+    for process, _ in stack.serves:
+        process.wait_ready()
+    stack.temporal_worker.wait_ready()
+    synced = sync_definitions(sup, config, [definitions])
+    assert "definitions synced" in synced.output, synced.output
+    return stack
