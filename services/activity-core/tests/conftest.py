@@ -78,6 +78,19 @@ async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def empty_dsn(server_dsn: str) -> AsyncIterator[str]:
+    """A database with nothing in it, not even the schema (migration and readiness tests)."""
+    name = f"ac_empty_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield _with_database(server_dsn, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
 async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(db_dsn)
     await init_connection(conn)

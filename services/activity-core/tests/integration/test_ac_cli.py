@@ -12,7 +12,6 @@ import subprocess
 import sys
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -51,21 +50,8 @@ def assert_one_line(completed: subprocess.CompletedProcess[str], code: int) -> s
     return lines[0]
 
 
-@pytest.fixture
-async def fresh_dsn(server_dsn: str) -> AsyncIterator[str]:
-    name = f"ac_cli_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urllib.parse.urlsplit(server_dsn)
-    try:
-        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-async def test_migrate_applies_every_migration_then_is_idempotent(fresh_dsn: str) -> None:
-    env = clean_env(ACTIVITY_CORE_DATABASE_URL=fresh_dsn)
+async def test_migrate_applies_every_migration_then_is_idempotent(empty_dsn: str) -> None:
+    env = clean_env(ACTIVITY_CORE_DATABASE_URL=empty_dsn)
     versions = [m.version for m in bundled_migrations()]
 
     first = run_cli("migrate", env=env)
@@ -77,7 +63,7 @@ async def test_migrate_applies_every_migration_then_is_idempotent(fresh_dsn: str
     assert second.returncode == 0, second.stderr
     assert "none (schema current)" in second.stdout
 
-    conn = await asyncpg.connect(fresh_dsn)
+    conn = await asyncpg.connect(empty_dsn)
     try:
         assert await current_version(conn) == versions[-1]
         assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(versions)
@@ -86,8 +72,8 @@ async def test_migrate_applies_every_migration_then_is_idempotent(fresh_dsn: str
         await conn.close()
 
 
-async def test_replicas_running_migrate_at_once_all_succeed(fresh_dsn: str) -> None:
-    env = clean_env(ACTIVITY_CORE_DATABASE_URL=fresh_dsn)
+async def test_replicas_running_migrate_at_once_all_succeed(empty_dsn: str) -> None:
+    env = clean_env(ACTIVITY_CORE_DATABASE_URL=empty_dsn)
     procs = [
         subprocess.Popen(
             [str(EXECUTABLE), "migrate"],
@@ -103,7 +89,7 @@ async def test_replicas_running_migrate_at_once_all_succeed(fresh_dsn: str) -> N
     versions = [m.version for m in bundled_migrations()]
     # exactly one of them applied the chain; the others found it current
     assert sum(f"migrations applied: {versions}" in out for out, _ in outputs) == 1, outputs
-    conn = await asyncpg.connect(fresh_dsn)
+    conn = await asyncpg.connect(empty_dsn)
     try:
         assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(versions)
     finally:

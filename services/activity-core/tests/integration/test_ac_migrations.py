@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.parse
-import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
 from activity_core.db import migrate as migrate_module
 from activity_core.db.migrate import MigrationError, bundled_migrations, current_version, migrate
-
-
-@pytest.fixture
-async def empty_dsn(server_dsn: str) -> AsyncIterator[str]:
-    name = f"ac_empty_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urllib.parse.urlsplit(server_dsn)
-    try:
-        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 async def test_replicas_racing_to_migrate_apply_each_migration_once(empty_dsn: str) -> None:

@@ -8,11 +8,9 @@ import json
 import logging
 import socket
 import urllib.parse
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -101,19 +99,6 @@ class TcpProxy:
                 dst.write(data)
                 await dst.drain()
         dst.close()
-
-
-@pytest.fixture
-async def empty_dsn(server_dsn: str) -> AsyncIterator[str]:
-    name = f"ac_empty_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urllib.parse.urlsplit(server_dsn)
-    try:
-        yield urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 # -- health and readiness ----------------------------------------------------------------------
