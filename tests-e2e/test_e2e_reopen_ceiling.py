@@ -1,0 +1,62 @@
+"""Three failures with `reopen: true`: a `command` profile whose command always runs out
+of its time budget (the worker fails a timed-out approach with reopen, see rein-aharness
+gateway/errors.py). Attempts 1 and 2 are reopened; attempt 3 is at OPS_RUN_MAX_ATTEMPTS
+and ends the run `failed`."""
+
+from __future__ import annotations
+
+import html
+
+from e2e_kit.git import landing_branches
+from e2e_kit.stack import Stack, log_lines, outbox
+from ops_demo.processes import ManagedProcess
+from ops_demo.repository import git
+
+SLUG = "e2e-reopen"
+
+
+def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
+    stack: Stack, scenario_processes: list[ManagedProcess]
+) -> None:
+    repository = stack.repositories / "e2e" / "reopen"
+    baseline = git(repository, "rev-parse", "HEAD")
+    config = stack.worker_config("e2e-reopen", lease_seconds=10)
+    stack.worker(config, [SLUG])
+
+    fire_run_id = stack.fire(SLUG)
+    row = stack.wait(
+        lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "failed"), None),
+        timeout=60,
+        what="the run to fail at the attempt ceiling",
+    )
+    run_id = str(row["id"])
+
+    assert (row["attempt"], row["claim_owner"], row["lease_until"]) == (3, "e2e-reopen", None)
+    assert "timed out" in row["last_error"]
+    pending, delivered = outbox(config.state_dir).for_run(run_id)
+    assert pending == []
+    closes = sorted(
+        (e["transaction_id"], e["intent"]["action"], e["intent"]["reopen"], e["disposition"])
+        for e in delivered
+    )
+    assert closes == [
+        (f"rtx-{run_id}.1", "fail", True, "reopened"),
+        (f"rtx-{run_id}.2", "fail", True, "reopened"),
+        (f"rtx-{run_id}.3", "fail", True, "applied"),
+    ]
+    serve = stack.serves[0][0]
+    assert [
+        line["msg"]
+        for line in log_lines(serve)
+        if line.get("run_id") == run_id and line["msg"].startswith("run fail")
+    ] == ["run fail reopened", "run fail reopened", "run fail applied"]
+    # nothing landed, nothing changed in the repository
+    assert landing_branches(repository) == {}
+    assert git(repository, "rev-parse", "main") == baseline
+
+    page = stack.ui_page(f"/ops/ui/automations/{SLUG}/runs/{fire_run_id}")
+    text = html.unescape(page.text)
+    assert page.status_code == 200
+    assert 'data-field="state">failed<' in text
+    assert 'data-field="attempt">3<' in text
+    assert row["last_error"] in text
