@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -307,3 +308,21 @@ def start_stack(
     synced = sync_definitions(sup, config, [definitions])
     assert "definitions synced" in synced.output, synced.output
     return stack
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Processes whose command line or environment contains `text` (`pid: command`)."""
+    needle = text.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = entry.joinpath("cmdline").read_bytes()
+            environ = entry.joinpath("environ").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline or needle in environ:
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command}")
+    return found

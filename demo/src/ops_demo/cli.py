@@ -62,6 +62,8 @@ _TITLES = {
     "activity-core-serve": "activity-core",
     "activity-core-temporal-worker": "activity-core temporal-worker",
     "rein-aharness-worker": "rein-aharness worker",
+    "activity-core-migrate": "activity-core migrate",
+    "activity-core-sync-definitions": "activity-core sync-definitions",
 }
 
 
@@ -440,7 +442,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.line()
         code = 1 if demo.failed else 0
-    except (ProcessFailed, ApiError, GitFailed, DemoError, FileNotFoundError) as exc:
+    except ProcessFailed as exc:
+        title = _TITLES.get(exc.name, exc.name)
+        print(f"{PROG}: {title} {exc.what} (log: {exc.log_path})", file=sys.stderr, flush=True)
+        code = 1
+    except (ApiError, GitFailed, DemoError, FileNotFoundError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         code = 1
     finally:

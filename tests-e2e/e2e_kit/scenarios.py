@@ -1,0 +1,167 @@
+"""What the scenarios run: their definitions, the harness profiles, worker identities.
+
+One definition per scenario, each with its own label and target repository, so the
+scenarios' workers (which claim only their scenario's label) never see another's runs.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+# Worker identities of the session (each with its own token in the credentials file).
+WORKER_IDS = (
+    "e2e-scheduled",
+    "e2e-kill-1",
+    "e2e-kill-2",
+    "e2e-lost",
+    "e2e-auth-wrong-token",
+    "e2e-auth-other-id",
+    "e2e-auth-right",
+    "e2e-reopen",
+    "e2e-restart-1",
+    "e2e-restart-2",
+)
+
+# target_repo of each scenario's definition (one repository each)
+REPOSITORIES = (
+    "e2e/scheduled",
+    "e2e/kill",
+    "e2e/lost",
+    "e2e/auth",
+    "e2e/reopen",
+    "e2e/restart",
+)
+
+GRANT_BRIEFS = (
+    '{version: "1", allowed_paths: [briefs/], commit_count: {min: 1, max: 1}, publish: false}'
+)
+GRANT_DOCS = (
+    '{version: "1", allowed_paths: [docs/], commit_count: {min: 1, max: 1}, publish: false}'
+)
+
+
+def definition(
+    slug: str,
+    *,
+    repo: str,
+    profile: str,
+    grant: str,
+    schedule: str | None = None,
+) -> str:
+    schedule_line = f"schedule: {schedule}\n" if schedule else ""
+    body = textwrap.dedent(
+        f"""\
+        rules:
+          - id: work
+            action:
+              task_template: "{slug} for {{scheduled_for:%Y-%m-%d}}"
+              description_template: "The {slug} scenario of the end-to-end suite."
+              target_repo: {repo}
+              labels: [automated, {slug}]
+              priority: medium
+              harness_profile_ref: {profile}
+              execution_refs: {{correlation_id: context.request.correlation_id}}
+              repository_grant: {grant}
+        """
+    )
+    return f"id: {slug}\ntitle: E2E {slug}\n{schedule_line}{body}"
+
+
+def write_definitions(directory: Path, slugs: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for slug, text in slugs.items():
+        (directory / f"{slug}.yaml").write_text(text, encoding="utf-8")
+    return directory
+
+
+def commit_script(marks: Path, scenario: str, *, slow_attempt: str | None, seconds: int) -> str:
+    """A `command` approach: record the execution, maybe sleep, then commit one file
+    under docs/ (inside the scenario's grant)."""
+    sleep = (
+        f'if [ "$REIN_RUN_ATTEMPT" = "{slow_attempt}" ]; then sleep {seconds}; fi'
+        if slow_attempt is not None
+        else f"sleep {seconds}"
+    )
+    return (
+        "set -e; "
+        f'echo "$REIN_RUN_ID $REIN_RUN_ATTEMPT" >> {marks}/{scenario}-executions.log; '
+        f'touch "{marks}/{scenario}-started-$REIN_RUN_ID-$REIN_RUN_ATTEMPT"; '
+        f"{sleep}; "
+        "mkdir -p docs; "
+        'echo "$REIN_RUN_ID attempt $REIN_RUN_ATTEMPT" > "docs/$REIN_RUN_ID.md"; '
+        'git add docs; git commit -q -m "e2e: $REIN_RUN_ID attempt $REIN_RUN_ATTEMPT"; '
+        f'touch "{marks}/{scenario}-done-$REIN_RUN_ID-$REIN_RUN_ATTEMPT"'
+    )
+
+
+def write_profiles(path: Path, marks: Path) -> Path:
+    def command(profile_id: str, argv: list[str], timeout_s: float) -> str:
+        quoted = ", ".join(f"'{arg}'" for arg in argv)
+        return textwrap.dedent(
+            f"""\
+              - id: {profile_id}
+                version: 1.0.0
+                approach: command
+                command:
+                  argv: [{quoted}]
+                  timeout_s: {timeout_s}
+                  env_allowlist: [PATH, HOME, LANG]
+                sandbox_profile: profile.bwrap-local
+                resolved_model: null
+                rein: {{id: rein-aharness, version: 0.1.0}}
+            """
+        )
+
+    brief = textwrap.dedent(
+        """\
+          - id: harness.agent-dev
+            version: 1.0.0
+            approach: brief
+            brief: {output_path: "briefs/{date}.md"}
+            sandbox_profile: profile.bwrap-local
+            resolved_model: null
+            rein: {id: rein-aharness, version: 0.1.0}
+        """
+    )
+    crash = commit_script(marks, "kill", slow_attempt="1", seconds=60)
+    restart = commit_script(marks, "restart", slow_attempt=None, seconds=8)
+    text = (
+        "profiles:\n"
+        + brief
+        + command("harness.e2e-crash", ["/bin/sh", "-c", crash], 120)
+        + command("harness.e2e-restart", ["/bin/sh", "-c", restart], 120)
+        + command("harness.e2e-timeout", ["sleep", "30"], 0.3)
+    )
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+SESSION_DEFINITIONS = {
+    "e2e-scheduled": definition(
+        "e2e-scheduled",
+        repo="e2e/scheduled",
+        profile="harness.agent-dev@1.0.0",
+        grant=GRANT_BRIEFS,
+        # never due during a test run: the scenario triggers the schedule itself
+        schedule='{cron: "0 3 1 1 *", timezone: Europe/Berlin}',
+    ),
+    "e2e-kill": definition(
+        "e2e-kill", repo="e2e/kill", profile="harness.e2e-crash@1.0.0", grant=GRANT_DOCS
+    ),
+    "e2e-lost": definition(
+        "e2e-lost", repo="e2e/lost", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
+    ),
+    "e2e-auth": definition(
+        "e2e-auth", repo="e2e/auth", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
+    ),
+    "e2e-reopen": definition(
+        "e2e-reopen", repo="e2e/reopen", profile="harness.e2e-timeout@1.0.0", grant=GRANT_DOCS
+    ),
+}
+
+RESTART_DEFINITIONS = {
+    "e2e-restart": definition(
+        "e2e-restart", repo="e2e/restart", profile="harness.e2e-restart@1.0.0", grant=GRANT_DOCS
+    ),
+}

@@ -1,0 +1,92 @@
+"""`ops-demo` as a new user runs it: a fresh HOME, nothing running. It completes a run,
+serves the UI, and on Ctrl-C (SIGINT) stops everything and exits 0, leaving no process
+behind. A start that fails ends with one line naming what failed and its log."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from e2e_kit.stack import processes_mentioning
+from ops_demo.processes import Supervisor, free_port, log_contains
+from ops_demo.stack import base_environment, console_script
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _new_user(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        k: v
+        for k, v in base_environment().items()
+        if not k.startswith("XDG_") and k != "TEST_DATABASE_URL"
+    }
+    env["HOME"] = str(home)
+    return env
+
+
+@pytest.mark.timeout(240)
+def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    env = _new_user(tmp_path)
+    home = env["HOME"]
+    with Supervisor(tmp_path / "logs", env=env) as sup:
+        demo = sup.start(
+            "ops-demo",
+            [str(console_script("ops-demo")), "--port", str(free_port())],
+            ready=log_contains("Press Ctrl-C to stop."),
+            ready_timeout=180,
+            stop_timeout=60,
+        )
+        out = demo.output()
+        assert "run completed: succeeded" in out, out
+        states = re.findall(r"ops run \S+  (\w+) +attempt (\d)", out)
+        assert states == [("open", "0"), ("claimed", "1"), ("succeeded", "1")], out
+        ui = re.search(r"^Ops UI: +(\S+)$", out, re.MULTILINE)
+        token = re.search(r"^Operator token: +(\S+)$", out, re.MULTILINE)
+        assert ui and token, out
+
+        assert httpx.get(ui[1], timeout=15).status_code == 303  # to the login form
+        page = httpx.get(ui[1], headers={"Authorization": f"Bearer {token[1]}"}, timeout=15)
+        assert page.status_code == 200
+        assert 'data-field="state">succeeded<' in page.text
+        assert "briefs/" in page.text  # the artefact
+
+        demo.send_signal(signal.SIGINT)  # what Ctrl-C in its terminal sends
+        assert demo.wait(90) == 0, demo.output()
+        out = demo.output()
+        assert "stopped." in out, out
+        assert "Traceback" not in out, out
+    assert processes_mentioning(home) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_failed_start_is_one_line_naming_what_failed_and_its_log(tmp_path: Path) -> None:
+    env = _new_user(tmp_path)
+    examples = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, examples)
+    (examples / "definitions" / "broken.yaml").write_text("id: Not A Slug\n", encoding="utf-8")
+    with Supervisor(tmp_path / "logs", env=env) as sup:
+        demo = sup.start(
+            "ops-demo",
+            [str(console_script("ops-demo")), "--port", str(free_port()), "--examples", examples],
+        )
+        assert demo.wait(180) == 1
+        out = demo.output()
+    assert "Traceback" not in out, out
+    (failure,) = [
+        line
+        for line in out.splitlines()
+        if line.startswith("ops-demo: ") and " failed with status " in line
+    ]
+    log = re.search(r"\(log: (\S+)\)$", failure)
+    assert log and "sync-definitions" in failure, out
+    assert "broken.yaml" in Path(log[1]).read_text()
+    assert "stopped." in out
+    assert processes_mentioning(env["HOME"]) == []
