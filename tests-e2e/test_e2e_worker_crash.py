@@ -19,9 +19,10 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
 ) -> None:
     repository = stack.repositories / "e2e" / "kill"
     baseline = git(repository, "rev-parse", "HEAD")
-    # 3 s leases: a heartbeat every second, and a dead worker's lease ends quickly
+    # worker 1: a 3 s lease (a heartbeat every second), so its lease ends soon after it
+    # dies; worker 2 (on the other replica) takes its time
     first_config = stack.worker_config("e2e-kill-1", lease_seconds=3)
-    second_config = stack.worker_config("e2e-kill-2", lease_seconds=3, url=stack.url(1))
+    second_config = stack.worker_config("e2e-kill-2", lease_seconds=30, url=stack.url(1))
     first = stack.worker(first_config, [SLUG])
 
     stack.fire(SLUG)

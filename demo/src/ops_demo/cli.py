@@ -30,6 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn, TextIO
 
+import httpx
+
 from ops_demo.api import ApiError, OpsApi
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.processes import ProcessFailed, Supervisor, free_port
@@ -261,7 +263,14 @@ class Demo:
         self.out.step(_last_line(synced.output, "definitions synced"), started)
 
         with OpsApi(url, operator_token) as api:
-            outcome = self._fire_and_follow(api, args.automation)
+            try:
+                outcome = self._fire_and_follow(api, args.automation)
+            except httpx.HTTPError as exc:
+                self._check_alive()
+                raise DemoError(
+                    f"activity-core did not answer ({type(exc).__name__}) "
+                    f"(log: {self._log('activity-core-serve')})"
+                ) from None
         detail_url = f"{url}/ops/ui/automations/{args.automation}/runs/{outcome.run_id}"
         self.out.line()
         self.out.line(f"Ops UI:          {detail_url}")

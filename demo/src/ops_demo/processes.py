@@ -387,7 +387,6 @@ class ManagedProcess:
                 self._orphans.extend(_snapshot(process_tree(popen.pid)))
                 self._signal_group(signal.SIGKILL)
                 popen.wait()
-            _LIVE.discard(self)
             return popen.returncode
 
     def restart(self, *, wait: bool = True, timeout: float | None = None) -> Self:
@@ -399,6 +398,7 @@ class ManagedProcess:
         self.stop()
         _kill_all(self._orphans)
         self._orphans.clear()
+        _LIVE.discard(self)
 
     # -- internals --------------------------------------------------------------------
 
@@ -408,7 +408,8 @@ class ManagedProcess:
             os.killpg(self._popen.pid, signum)
 
     def _finish(self) -> None:
-        _LIVE.discard(self)
+        if not self._orphans:
+            _LIVE.discard(self)
         self._reap()
 
     def _reap(self) -> None:
