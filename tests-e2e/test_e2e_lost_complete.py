@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.proxy import DroppingProxy
-from e2e_kit.stack import Stack, log_lines, outbox
+from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
 from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
 from ops_demo.stack import console_script
@@ -34,7 +34,7 @@ def test_a_lost_complete_answer_is_kept_replayed_at_the_next_start_and_reconcile
     config = stack.worker_config("e2e-lost", url=proxy.url)
     worker = stack.worker(config, [SLUG])
 
-    stack.fire(SLUG)
+    fire_run_id = stack.fire(SLUG)
     row = stack.wait(
         lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "succeeded"), None),
         timeout=30,
@@ -93,6 +93,12 @@ def test_a_lost_complete_answer_is_kept_replayed_at_the_next_start_and_reconcile
     assert landing_branches(repository) == {f"rein/{run_id}/1": head}
     assert commits_on(repository, f"rein/{run_id}/1", baseline) == [head]
     assert row["attempt"] == 1
+    page = stack.ui_run(SLUG, fire_run_id)
+    assert ui_facts(page, run_id) == {
+        "state": "succeeded",
+        "attempt": "1",
+        "claim_owner": "e2e-lost",
+    }
     # the completion event went out once the worker learnt the close was accepted
     events = [r.body for r in stack.hub.received("/events") if r.body["run_id"] == run_id]
     assert [e["close_disposition"] for e in events] == ["reconciled"]

@@ -5,10 +5,8 @@ and ends the run `failed`."""
 
 from __future__ import annotations
 
-import html
-
 from e2e_kit.git import landing_branches
-from e2e_kit.stack import Stack, log_lines, outbox
+from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
 from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
 
@@ -54,9 +52,10 @@ def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
     assert landing_branches(repository) == {}
     assert git(repository, "rev-parse", "main") == baseline
 
-    page = stack.ui_page(f"/ops/ui/automations/{SLUG}/runs/{fire_run_id}")
-    text = html.unescape(page.text)
-    assert page.status_code == 200
-    assert 'data-field="state">failed<' in text
-    assert 'data-field="attempt">3<' in text
-    assert row["last_error"] in text
+    page = stack.ui_run(SLUG, fire_run_id)
+    assert ui_facts(page, run_id) == {
+        "state": "failed",
+        "attempt": "3",
+        "claim_owner": "e2e-reopen",
+    }
+    assert row["last_error"] in page

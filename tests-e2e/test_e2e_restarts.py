@@ -18,7 +18,7 @@ import pytest
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import RESTART_DEFINITIONS, write_definitions
-from e2e_kit.stack import Stack, log_lines, outbox, start_stack
+from e2e_kit.stack import Stack, log_lines, outbox, start_stack, ui_facts
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.repository import git
@@ -90,8 +90,7 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
     configs = [stack.worker_config(worker_id, lease_seconds=20) for worker_id in WORKERS]
     workers = [stack.worker(config, [SLUG]) for config in configs]
 
-    for _ in range(3):
-        stack.fire(SLUG)
+    fire_run_ids = [stack.fire(SLUG) for _ in range(3)]
     running = stack.wait(
         lambda: len(started := _marked(stack, "started")) == 2 and started,
         timeout=30,
@@ -117,7 +116,7 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
     temporal_worker.start(wait=False)
     serve.wait_ready()
     temporal_worker.wait_ready()
-    stack.fire(SLUG)  # and the whole path works afterwards
+    fire_run_ids.append(stack.fire(SLUG))  # and the whole path works afterwards
 
     rows = stack.wait(
         lambda: (
@@ -151,6 +150,16 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
         delivered += [e for e in box.delivered if e["run_id"] in run_ids]
     assert sorted(e["run_id"] for e in delivered) == sorted(run_ids)
     assert {e["disposition"] for e in delivered} <= {"applied", "reconciled"}
+    # the ops UI shows each fire's run done, in one attempt
+    owners = {str(row["id"]): row["claim_owner"] for row in rows}
+    for fire_run_id in fire_run_ids:
+        page = stack.ui_run(SLUG, fire_run_id)
+        (shown,) = [run_id for run_id in run_ids if f'id="ops-run-{run_id}"' in page]
+        assert ui_facts(page, shown) == {
+            "state": "succeeded",
+            "attempt": "1",
+            "claim_owner": owners[shown],
+        }
     # the workers met the outage and rode it out themselves
     assert all(worker.alive and worker.starts == 1 for worker in workers)
     messages = {line["msg"] for worker in workers for line in log_lines(worker)}

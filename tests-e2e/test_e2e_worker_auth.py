@@ -4,8 +4,11 @@ worker with the right credential."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
-from e2e_kit.stack import Stack, log_lines, new_token
+from e2e_kit.git import landing_branches
+from e2e_kit.stack import Stack, log_lines, new_token, outbox, ui_facts
 from ops_demo.processes import ManagedProcess
 
 SLUG = "e2e-auth"
@@ -34,7 +37,7 @@ def test_a_worker_with_a_wrong_or_foreign_token_claims_nothing(
     unauthenticated_before = _refusals(stack, "unauthenticated")
     mismatch_before = _refusals(stack, "worker_identity_mismatch")
 
-    stack.fire(SLUG)
+    fire_run_id = stack.fire(SLUG)
     row = stack.wait(lambda: next(iter(stack.ops_runs(SLUG)), None), timeout=30, what="the run")
     seen = {process.name: len(_claim_failures(process)) for process in (wrong, foreign)}
     # both keep trying (with back-off) after the run is open, and keep being refused
@@ -53,6 +56,12 @@ def test_a_worker_with_a_wrong_or_foreign_token_claims_nothing(
     assert wrong.alive and foreign.alive  # a refusal is a configuration problem, not a crash
     row = stack.ops_run(row["id"])
     assert (row["state"], row["attempt"], row["claim_owner"]) == ("open", 0, None)
+    page = stack.ui_run(SLUG, fire_run_id)
+    assert ui_facts(page, row["id"]) == {"state": "open", "attempt": "0", "claim_owner": "—"}
+    for process in (wrong, foreign):
+        box = outbox(stack.root / "workers" / process.name.removeprefix("worker-"))
+        assert (box.pending, box.delivered, box.quarantined) == ([], [], [])
+    assert landing_branches(stack.repositories / "e2e" / "auth") == {}
     assert _refusals(stack, "unauthenticated") > unauthenticated_before
     assert _refusals(stack, "worker_identity_mismatch") > mismatch_before
 
@@ -65,3 +74,6 @@ def test_a_worker_with_a_wrong_or_foreign_token_claims_nothing(
         what="the right worker to complete the run",
     )
     assert (row["attempt"], row["claim_owner"]) == (1, "e2e-auth-right")
+    head = json.loads(row["result"])["head_after"]
+    assert landing_branches(stack.repositories / "e2e" / "auth") == {f"rein/{row['id']}/1": head}
+    assert ui_facts(stack.ui_run(SLUG, fire_run_id), row["id"])["state"] == "succeeded"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from e2e_kit.git import commits_on, landing_branches
-from e2e_kit.stack import Stack, log_lines, outbox, processes_under
+from e2e_kit.stack import Stack, log_lines, outbox, processes_under, ui_facts
 from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
 
@@ -25,7 +25,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     second_config = stack.worker_config("e2e-kill-2", lease_seconds=30, url=stack.url(1))
     first = stack.worker(first_config, [SLUG])
 
-    stack.fire(SLUG)
+    fire_run_id = stack.fire(SLUG)
     row = stack.wait(
         lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "claimed"), None),
         timeout=30,
@@ -98,5 +98,11 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     head = result["head_after"]
     assert landing_branches(repository) == {f"rein/{run_id}/2": head}
     assert commits_on(repository, f"rein/{run_id}/2", baseline) == [head]
+    page = stack.ui_run(SLUG, fire_run_id, replica=1)
+    assert ui_facts(page, run_id) == {
+        "state": "succeeded",
+        "attempt": "2",
+        "claim_owner": "e2e-kill-2",
+    }
     executions = (stack.marks / "kill-executions.log").read_text().split("\n")
     assert [line for line in executions if line] == [f"{run_id} 1", f"{run_id} 2"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -116,6 +118,12 @@ class Stack:
             assert login.status_code == 200, login.text
             assert ui.cookies, "the login form set no session cookie"
             return ui.get(path)
+
+    def ui_run(self, slug: str, fire_run_id: str, *, replica: int = 0) -> str:
+        """The run detail page of a fire (its text, entities resolved)."""
+        page = self.ui_page(f"/ops/ui/automations/{slug}/runs/{fire_run_id}", replica=replica)
+        assert page.status_code == 200, page.text
+        return html.unescape(page.text)
 
     # -- workers ----------------------------------------------------------------------
 
@@ -326,3 +334,15 @@ def processes_mentioning(text: str) -> list[str]:
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{entry.name}: {command}")
     return found
+
+
+def ui_facts(page: str, ops_run_id: Any) -> dict[str, str]:
+    """The state, attempt and lease holder the run page shows for one ops run."""
+    assert f'id="ops-run-{ops_run_id}"' in page, f"the page shows no ops run {ops_run_id}"
+    # the card's fields are the first of their kind after its id
+    card = page.split(f'id="ops-run-{ops_run_id}"', 1)[1]
+    facts = {}
+    for name in ("state", "attempt", "claim_owner"):
+        found = re.search(rf'data-field="{name}">(?:<code class="wrap">)?([^<]*)<', card)
+        facts[name] = found[1] if found else ""
+    return facts
