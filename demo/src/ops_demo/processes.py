@@ -4,7 +4,7 @@ Every process runs in its own session (so its own process group): a Ctrl-C in th
 terminal reaches only the supervising program, which then stops its children in order.
 A child's stdout and stderr go to one log file (appended to across restarts, with a
 header line per start), readiness is a probe polled until it passes, and stopping is
-SIGTERM to the group, then SIGKILL after a timeout.
+SIGTERM to the process, then SIGKILL to its group after a timeout.
 
 Nothing is left behind:
 
@@ -354,9 +354,10 @@ class ManagedProcess:
         return self._popen.wait(timeout)
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """SIGTERM (or `stop_signal`) to the group; SIGKILL to the group after `timeout`.
-
-        Returns the exit status (None if it was never started)."""
+        """SIGTERM (or `stop_signal`) to the process, as kubelet or an init system sends
+        it: stopping its own children is its job. If it has not exited after `timeout`,
+        SIGKILL to its group; either way, whatever it started that is still running
+        afterwards is killed. Returns the exit status (None if it was never started)."""
         with self._lock:
             popen = self._popen
             if popen is None:
@@ -364,7 +365,8 @@ class ManagedProcess:
             limit = self.stop_timeout if timeout is None else timeout
             if popen.poll() is None:
                 tree = _snapshot(process_tree(popen.pid))
-                self._signal_group(self.stop_signal)
+                with contextlib.suppress(ProcessLookupError):
+                    popen.send_signal(self.stop_signal)
                 try:
                     popen.wait(limit)
                 except subprocess.TimeoutExpired:
