@@ -111,6 +111,7 @@ def stack(
     tokens: dict[str, str],
     paths: dict[str, Path],
 ) -> Iterator[Stack]:
+    before = len(supervisor.processes)
     built = start_stack(
         sup=supervisor,
         root=e2e_root,
@@ -128,6 +129,9 @@ def stack(
     )
     yield built
     built.db.close()
+    # its processes go before its database does
+    for process in reversed(supervisor.processes[before:]):
+        process.cleanup()
 
 
 @pytest.fixture
