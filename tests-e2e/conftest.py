@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from e2e_kit.db import drop_database, fresh_database
 from e2e_kit.git import make_repository
 from e2e_kit.hub import StubHub

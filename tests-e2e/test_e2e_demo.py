@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from e2e_kit.stack import processes_mentioning
 from ops_demo.processes import Supervisor, free_port, log_contains
 from ops_demo.stack import base_environment, console_script

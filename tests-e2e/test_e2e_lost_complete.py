@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, log_lines, outbox, ui_facts

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import RESTART_DEFINITIONS, write_definitions

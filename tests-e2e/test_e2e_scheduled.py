@@ -11,10 +11,9 @@ import json
 
 from e2e_kit.git import commits_on, landing_branches, show
 from e2e_kit.stack import FORGEJO, Stack, outbox
+from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
-
-from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 
 SLUG = "e2e-scheduled"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import httpx
+
 from e2e_kit.git import landing_branches
 from e2e_kit.stack import Stack, log_lines, new_token, outbox, ui_facts
 from ops_demo.processes import ManagedProcess

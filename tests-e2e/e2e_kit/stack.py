@@ -16,6 +16,10 @@ from typing import Any, TypeVar
 
 import asyncpg
 import httpx
+
+from activity_core.definitions.model import definition_uuid
+from e2e_kit.db import Db
+from e2e_kit.hub import StubHub
 from ops_demo.api import OpsApi
 from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.stack import (
@@ -23,10 +27,6 @@ from ops_demo.stack import (
     WorkerConfig,
     rein_worker,
 )
-
-from activity_core.definitions.model import definition_uuid
-from e2e_kit.db import Db
-from e2e_kit.hub import StubHub
 
 __all__ = ["Stack", "log_lines", "outbox", "processes_under"]
 

@@ -97,8 +97,11 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
             "port": args.port,
             "log_config": None,
             "access_log": False,
+            # a long-poll claim may hold a request open for up to 20 s; on SIGTERM do not
+            # wait for it (the worker simply claims again from another replica)
+            "timeout_graceful_shutdown": 5,
         }
-        uvicorn.run(app, **config)
+        _DrainingServer(uvicorn.Config(app, **config)).run()
     return 0
 
 
@@ -112,6 +115,37 @@ def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespac
     from .cli_definitions import run_sync_definitions
 
     return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
+
+
+def _drain_long_polls(app: Any) -> None:
+    queue = getattr(app.state, "queue", None)
+    if queue is not None:
+        queue.drain_long_polls()
+
+
+class _DrainingServer:
+    """uvicorn's server, but a shutdown signal first ends the long-poll claims in flight,
+    so they answer `{"runs": []}` instead of being cancelled mid-request."""
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        app = config.app
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = None
+                if loop is not None:
+                    loop.call_soon_threadsafe(_drain_long_polls, app)
+                super().handle_exit(sig, frame)
+
+        self._server = Server(config)
+
+    def run(self) -> None:
+        self._server.run()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,3 +99,21 @@ async def test_long_poll_recovers_when_the_listener_connection_is_killed(
     run_id = await seeded.run()
     response = await asyncio.wait_for(waiting, 5)
     assert [run["id"] for run in response.json()["runs"]] == [str(run_id)]
+
+
+async def test_shutdown_drain_ends_waiting_claims_with_an_empty_answer(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    started = time.monotonic()
+    waiting = asyncio.create_task(api.claim(wait_seconds=15))
+    await asyncio.sleep(0.3)
+    api.app.state.queue.drain_long_polls()
+    response = await asyncio.wait_for(waiting, 5)
+    assert response.status_code == 200
+    assert response.json() == {"runs": []}
+    assert time.monotonic() - started < 5
+    # and a claim arriving while draining does not wait at all
+    quick = time.monotonic()
+    assert (await api.claim(wait_seconds=15)).json() == {"runs": []}
+    assert time.monotonic() - quick < 3

@@ -120,12 +120,17 @@ class QueueService:
 
     # -- claim -------------------------------------------------------------------------
 
+    def drain_long_polls(self) -> None:
+        if self._signal is not None:
+            self._signal.drain()
+
     async def claim(self, spec: ClaimSpec) -> list[dict[str, Any]]:
         deadline = time.monotonic() + spec.wait_seconds
         while True:
             # Take the wake-up token before looking, so an emission between an empty
             # claim and the wait is never missed.
-            token = self._signal.token() if self._signal and spec.wait_seconds else None
+            waits = self._signal is not None and spec.wait_seconds and not self._signal.draining
+            token = self._signal.token() if self._signal and waits else None
             runs = await self._claim_once(spec)
             remaining = deadline - time.monotonic()
             if runs or token is None or remaining <= 0:

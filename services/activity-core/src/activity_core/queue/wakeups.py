@@ -52,9 +52,19 @@ class OpenRunSignal:
         self._token = WakeToken()
         self._task: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        self._draining = False
 
     def token(self) -> WakeToken:
         return self._token
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def drain(self) -> None:
+        """Shutdown began: end every long-poll wait now (they answer an empty claim)."""
+        self._draining = True
+        self.wake_all()
 
     def wake_all(self) -> None:
         token, self._token = self._token, WakeToken()
