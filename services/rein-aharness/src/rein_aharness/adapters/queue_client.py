@@ -37,6 +37,7 @@ from ops_contracts import (
     OpsRun,
     RefusalCode,
 )
+from rein_aharness.adapters.http_client import build_http_client
 from rein_aharness.adapters.queue_errors import (
     QueueAuthError,
     QueueProtocolError,
@@ -52,7 +53,6 @@ __all__ = ["ActivityCoreQueueClient"]
 
 M = TypeVar("M", bound=BaseModel)
 
-_USER_AGENT = "rein-aharness/0.1"
 # A claim may long-poll for up to wait_seconds; the read timeout must outlast it.
 _LONG_POLL_MARGIN_SECONDS = 10.0
 
@@ -72,17 +72,10 @@ class ActivityCoreQueueClient:
         timeout_seconds: float = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self._timeout = timeout_seconds
         self._retry = retry or RetryPolicy()
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 10.0)),
-            follow_redirects=False,
+        self._http = build_http_client(
+            base_url, token, transport=transport, timeout_seconds=timeout_seconds
         )
 
     async def __aenter__(self) -> Self:

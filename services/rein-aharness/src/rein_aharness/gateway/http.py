@@ -32,13 +32,13 @@ import httpx
 from pydantic import ValidationError
 
 from ops_contracts import GatewayResult
+from rein_aharness.adapters.http_client import build_http_client
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
 from rein_aharness.gateway.errors import GatewayProtocolError, GatewayRefused, GatewayUnavailable
 from rein_aharness.gateway.request import QueuedRequest
 
 __all__ = ["HttpGlasGateway", "request_body"]
 
-_USER_AGENT = "rein-aharness/0.1"
 _RETRIED_STATUSES = frozenset({408, 429})
 
 
@@ -76,16 +76,9 @@ class HttpGlasGateway:
         timeout_seconds: float = 1800.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        headers = {"Accept": "application/json", "User-Agent": _USER_AGENT}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self._retry = retry or RetryPolicy()
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_seconds, connect=min(timeout_seconds, 10.0)),
-            follow_redirects=False,
+        self._http = build_http_client(
+            base_url, token, transport=transport, timeout_seconds=timeout_seconds
         )
 
     async def aclose(self) -> None:
