@@ -392,7 +392,9 @@ EVIDENCE_VALIDATORS: dict[str, Callable[[object], object]] = {
         ("tokens_spent", "input_tokens", "output_tokens", "tool_events_count"), non_negative_int
     ),
     "head_after": git_object_id,
-    "tool_events_completeness": lambda v: v if v in TOOL_EVENTS_COMPLETENESS else None,
+    "tool_events_completeness": lambda v: (
+        v if type(v) is str and v in TOOL_EVENTS_COMPLETENESS else None
+    ),
 }
 
 
