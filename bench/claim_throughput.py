@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import io
 import json
@@ -65,6 +66,8 @@ from typing import Any, Protocol
 
 import asyncpg
 import httpx
+import uvloop
+from lean_http import LeanConnection
 
 from activity_core.db.migrate import migrate
 from activity_core.db.pool import init_connection
@@ -90,6 +93,7 @@ class Plan:
     http_workers: tuple[int, ...] = (8, 32)
     sustain_workers: int = 8
     batch_limit: int = 10
+    client: str = "lean"  # the HTTP load generator: "lean" (lean_http.py) or "httpx"
 
 
 FULL = Plan(
@@ -614,7 +618,9 @@ class Worker:
     token: str
 
 
-class HttpCycle:
+class HttpxCycle:
+    """The cycle through httpx, as rein-aharness sends it (costs the bench more CPU)."""
+
     def __init__(self, client: httpx.AsyncClient, worker: Worker, limit: int = 1) -> None:
         self._client = client
         self._worker = worker
@@ -639,6 +645,42 @@ class HttpCycle:
         body = response.json()
         if body.get("close_disposition") != "applied" or body.get("state") != "succeeded":
             raise BenchError(f"complete of {run_id}: {body.get('close_disposition')}")
+
+
+class LeanHttpCycle:
+    """The cycle over one keep-alive connection with pre-built requests (lean_http.py)."""
+
+    def __init__(self, base_url: str, worker: Worker, limit: int = 1) -> None:
+        url = urllib.parse.urlsplit(base_url)
+        assert url.hostname is not None and url.port is not None
+        self._conn = LeanConnection(url.hostname, url.port)
+        self._headers = {
+            "Authorization": f"Bearer {worker.token}",
+            "Content-Type": "application/json",
+        }
+        claim_body = json.dumps({"worker_id": worker.worker_id, "limit": limit}).encode()
+        self._claim = self._conn.build("POST", "/ops-runs/claim", self._headers, claim_body)
+        self._complete_body = json.dumps({"worker_id": worker.worker_id, "result": RESULT}).encode()
+
+    async def claim(self) -> list[str]:
+        response = await self._conn.send(self._claim)
+        if response.status != 200:
+            raise BenchError(f"claim: HTTP {response.status} {response.body[:200]!r}")
+        return [str(run["id"]) for run in json.loads(response.body)["runs"]]
+
+    async def complete(self, run_id: str) -> None:
+        request = self._conn.build(
+            "POST", f"/ops-runs/{run_id}/complete", self._headers, self._complete_body
+        )
+        response = await self._conn.send(request)
+        if response.status != 200:
+            raise BenchError(f"complete: HTTP {response.status} {response.body[:200]!r}")
+        body = json.loads(response.body)
+        if body.get("close_disposition") != "applied" or body.get("state") != "succeeded":
+            raise BenchError(f"complete of {run_id}: {body.get('close_disposition')}")
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 async def drive(cycle: Cycle, log: PhaseLog, stop: asyncio.Event) -> None:
@@ -669,7 +711,7 @@ async def drive(cycle: Cycle, log: PhaseLog, stop: asyncio.Event) -> None:
                 failed(log, stop, "complete", exc)
 
 
-_FAILURES = (BenchError, httpx.HTTPError, asyncpg.PostgresError, OSError)
+_FAILURES = (BenchError, httpx.HTTPError, asyncpg.PostgresError, OSError)  # LeanHttpError: OSError
 
 
 def failed(log: PhaseLog, stop: asyncio.Event, what: str, exc: Exception) -> None:
@@ -854,6 +896,23 @@ def http_client(base_url: str, workers: int) -> httpx.AsyncClient:
 _METRIC = re.compile(r"^(ops_run_(?:claim|close)_seconds_(?:sum|count)) (\S+)$", re.MULTILINE)
 
 
+@contextlib.asynccontextmanager
+async def http_cycles(
+    base_url: str, workers: Sequence[Worker], limit: int, client_kind: str
+) -> AsyncIterator[list[Cycle]]:
+    """One cycle per worker through the chosen load generator, connections closed after."""
+    if client_kind == "httpx":
+        async with http_client(base_url, len(workers)) as client:
+            yield [HttpxCycle(client, w, limit) for w in workers]
+        return
+    lean = [LeanHttpCycle(base_url, w, limit) for w in workers]
+    try:
+        yield list(lean)
+    finally:
+        for cycle in lean:
+            cycle.close()
+
+
 async def transaction_totals(client: httpx.AsyncClient) -> dict[str, float]:
     """The API's own claim/close transaction histograms (sum and count) from /metrics."""
     response = await client.get("/metrics")
@@ -877,8 +936,10 @@ async def http_attempt(
 ) -> Measured:
     await db.reset(plan.backlog, chunk=plan.insert_chunk)
     log = PhaseLog(label)
-    async with http_client(api.base_url, workers) as client:
-        cycles = [HttpCycle(client, w, limit) for w in api.workers[:workers]]
+    async with (
+        http_client(api.base_url, 1) as client,
+        http_cycles(api.base_url, api.workers[:workers], limit, plan.client) as cycles,
+    ):
         before = await transaction_totals(client)
         marks = (plan.warmup, plan.warmup + plan.measure)
         probe = CpuProbe(db.conn, db.name, api.pid)
@@ -902,8 +963,9 @@ async def sustain_cycles(
 ) -> AsyncIterator[list[Cycle]]:
     """HTTP workers when there is an API server, else raw SQL connections."""
     if api is not None:
-        async with http_client(api.base_url, plan.sustain_workers) as client:
-            yield [HttpCycle(client, w) for w in api.workers[: plan.sustain_workers]]
+        workers = api.workers[: plan.sustain_workers]
+        async with http_cycles(api.base_url, workers, 1, plan.client) as cycles:
+            yield cycles
         return
     conns = [await connect(db.dsn) for _ in range(plan.raw_connections)]
     try:
@@ -1403,7 +1465,10 @@ async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
                     ref, "cycles/s", lambda: minimal_attempt(db, plan, ref), results
                 )
                 async with api_server(dsn, Path(tmp), max(plan.http_workers), profile) as api:
-                    print(f"\nactivity-core serve: pid {api.pid} at {api.base_url}")
+                    print(
+                        f"\nactivity-core serve: pid {api.pid} at {api.base_url} "
+                        f"(load generator: {plan.client})"
+                    )
                     for workers in plan.http_workers:
                         results.http[workers] = await best_of(
                             f"(b) HTTP claim-one + complete, {workers} workers",
@@ -1482,6 +1547,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="the HTTP load generator: a minimal keep-alive client with pre-built requests "
+        "(default; lean_http.py) or httpx, as rein-aharness uses it (costs ~5x the CPU, "
+        "taken from the same two cores as the API)",
+    )
+    parser.add_argument(
         "--profile-api",
         type=Path,
         metavar="FILE",
@@ -1489,7 +1562,7 @@ def main(argv: list[str] | None = None) -> int:
         "functions (slows the HTTP phases: for finding where time goes, not for figures)",
     )
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(QUICK if args.quick else FULL, client=args.client)
 
     with contextlib.ExitStack() as stack:
         server_dsn = resolve_dsn(args.database_url)
@@ -1504,7 +1577,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"embedded PostgreSQL under {state}")
         LEFTOVERS.server_dsn = server_dsn
         try:
-            return asyncio.run(run(server_dsn, plan, args.profile_api))
+            # The loop `serve` runs on, for the bench's asyncpg and HTTP clients alike.
+            return uvloop.run(run(server_dsn, plan, args.profile_api))
         except KeyboardInterrupt:
             print("\ninterrupted", file=sys.stderr)
             return 130
