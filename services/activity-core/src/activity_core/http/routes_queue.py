@@ -24,7 +24,7 @@ from ops_contracts import (
 from ops_contracts.queue import Label
 
 from ..queue.service import ClaimSpec, ListFilter
-from .deps import Auth, OperatorToken, Queue, Settings, WorkerToken
+from .deps import Auth, OperatorToken, Queue, Worker
 
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 
@@ -84,17 +84,15 @@ async def list_runs(
 
 
 @router.post("/claim", response_model=ClaimResponse, responses=_WORKER_ERRORS)
-async def claim(
-    body: ClaimRequest, queue: Queue, auth: Auth, token: WorkerToken, settings: Settings
-) -> dict[str, Any]:
-    worker_id = auth.require_worker(token, body.worker_id)
-    runs = await queue.claim(
+async def claim(body: ClaimRequest, call: Worker) -> dict[str, Any]:
+    worker_id = call.worker_id(body.worker_id)
+    runs = await call.queue.claim(
         ClaimSpec(
             worker_id=worker_id,
             labels=body.labels,
             labels_mode=body.labels_mode,
             limit=body.limit,
-            lease_seconds=body.lease_seconds or settings.lease_seconds,
+            lease_seconds=body.lease_seconds or call.default_lease_seconds,
             wait_seconds=body.wait_seconds,
         )
     )
@@ -123,33 +121,23 @@ async def get_run(
 
 
 @router.post("/{run_id}/heartbeat", response_model=OpsRun, responses=_WORKER_ERRORS)
-async def heartbeat(
-    run_id: uuid.UUID,
-    body: HeartbeatRequest,
-    queue: Queue,
-    auth: Auth,
-    token: WorkerToken,
-    settings: Settings,
-) -> dict[str, Any]:
-    worker_id = auth.require_worker(token, body.worker_id)
-    return await queue.heartbeat(run_id, worker_id, body.lease_seconds or settings.lease_seconds)
+async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> dict[str, Any]:
+    worker_id = call.worker_id(body.worker_id)
+    lease_seconds = body.lease_seconds or call.default_lease_seconds
+    return await call.queue.heartbeat(run_id, worker_id, lease_seconds)
 
 
 @router.post("/{run_id}/complete", response_model=CloseResponse, responses=_WORKER_ERRORS)
-async def complete(
-    run_id: uuid.UUID, body: CompleteRequest, queue: Queue, auth: Auth, token: WorkerToken
-) -> dict[str, Any]:
-    worker_id = auth.require_worker(token, body.worker_id)
-    run, disposition = await queue.complete(run_id, worker_id, body.result)
+async def complete(run_id: uuid.UUID, body: CompleteRequest, call: Worker) -> dict[str, Any]:
+    worker_id = call.worker_id(body.worker_id)
+    run, disposition = await call.queue.complete(run_id, worker_id, body.result)
     return {**run, "close_disposition": disposition}
 
 
 @router.post("/{run_id}/fail", response_model=CloseResponse, responses=_WORKER_ERRORS)
-async def fail(
-    run_id: uuid.UUID, body: FailRequest, queue: Queue, auth: Auth, token: WorkerToken
-) -> dict[str, Any]:
-    worker_id = auth.require_worker(token, body.worker_id)
-    run, disposition = await queue.fail(
+async def fail(run_id: uuid.UUID, body: FailRequest, call: Worker) -> dict[str, Any]:
+    worker_id = call.worker_id(body.worker_id)
+    run, disposition = await call.queue.fail(
         run_id, worker_id, body.error, reopen=body.reopen, raw_result=body.result
     )
     return {**run, "close_disposition": disposition}

@@ -32,6 +32,7 @@ from ops_contracts import (
 from ops_evidence import normalize_result, sanitize_error
 
 from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from ..db.pool import session_untouched
 from . import queries
 from .close_decision import (
     ApplyTerminal,
@@ -114,6 +115,9 @@ class QueueService:
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         try:
             async with self._pool.acquire() as conn:
+                # Queue statements set no session state (queries.py): the release may skip
+                # the session reset query, a round trip per claim and per close.
+                session_untouched(conn)
                 yield conn
         except _UNAVAILABLE as exc:
             raise DatabaseUnavailable(type(exc).__name__) from exc
