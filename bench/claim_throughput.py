@@ -7,8 +7,8 @@ Ctrl-C or SIGTERM), and these figures:
 
 (a) the raw-SQL ceiling: claim-one + complete-one cycles/s over 8 asyncpg connections with
     ``synchronous_commit`` on, using the real schema and the statements of queue/queries.py
-    in the transactions queue/service.py runs (claim: RECLAIM_STALE then CLAIM; complete:
-    LOCK_RUN_FOR_CLOSE then CLOSE_TERMINAL). Measured twice (first and late in the run);
+    as queue/service.py runs them (claim: RECLAIM_STALE then CLAIM, two autocommit
+    statements; complete: CLOSE_LEASED_UNGRANTED, the service's one-statement close). Measured twice (first and late in the run);
     the higher figure is the ceiling. A minimal queue table (id, state, priority,
     created_at, one partial index) is measured too, so the cost of the real schema shows;
 (b) the same cycle through the HTTP API (``activity-core serve`` as a separate process)
@@ -578,22 +578,26 @@ class RawSqlCycle:
         self._digest = intent_digest(worker_id)
 
     async def claim(self) -> list[str]:
-        async with self._conn.transaction():
-            await self._conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
-            rows = await self._conn.fetch(
-                queries.CLAIM, self._worker_id, LEASE_SECONDS, self._limit, "none", []
-            )
+        # Two autocommit statements, as QueueService._claim_once runs them.
+        await self._conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
+        rows = await self._conn.fetch(
+            queries.CLAIM, self._worker_id, LEASE_SECONDS, self._limit, "none", []
+        )
         return [str(r["id"]) for r in rows]
 
     async def complete(self, run_id: str) -> None:
-        ident = uuid.UUID(run_id)
-        async with self._conn.transaction():
-            row = await self._conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, ident)
-            if row is None or row["state"] != "claimed" or row["claim_owner"] != self._worker_id:
-                raise BenchError(f"run {run_id} is not claimed by {self._worker_id}")
-            await self._conn.fetchrow(
-                queries.CLOSE_TERMINAL, ident, "succeeded", STORED_RESULT, None, self._digest
-            )
+        # The service's close for a leased run queued without a grant: one statement.
+        row = await self._conn.fetchrow(
+            queries.CLOSE_LEASED_UNGRANTED,
+            uuid.UUID(run_id),
+            self._worker_id,
+            "succeeded",
+            STORED_RESULT,
+            None,
+            self._digest,
+        )
+        if row is None:
+            raise BenchError(f"run {run_id} is not claimed by {self._worker_id}")
 
 
 class MinimalCycle:

@@ -38,7 +38,8 @@ async def test_undeclared_use_releases_session_advisory_locks(db_dsn: str) -> No
             await conn.execute("SELECT pg_advisory_lock(77, 78)")
         async with pool.acquire() as conn:
             held = await conn.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                "SELECT count(*) FROM pg_locks"
+                " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
             )
         assert held == 0
     finally:

@@ -92,6 +92,26 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
     return ApplyTerminal(RunState.failed)
 
 
+def terminal_state_without_row(request: CloseRequest) -> RunState | None:
+    """The state this close reaches on any row claimed by its worker under an active lease
+    and queued without a repository grant, or None when that needs the row (a reopen can
+    stay below the ceiling) or can never apply (the result claims a grant).
+
+    The service tries exactly that case in one statement (queries.CLOSE_LEASED_UNGRANTED)
+    before locking the row and asking decide_close.
+    """
+    if request.action is CloseAction.complete:
+        state = RunState.succeeded
+    elif not request.reopen:
+        state = RunState.failed
+    else:
+        return None
+    transaction = (request.result or {}).get("repository_transaction")
+    if grant_evidence_problem(request.action, None, transaction) is not None:
+        return None
+    return state
+
+
 def decide_heartbeat(row: Row | None, worker_id: str) -> Refuse | None:
     """None when the lease may be extended."""
     if row is None:

@@ -109,6 +109,25 @@ WHERE id = $1
 RETURNING {RUN_COLUMNS}
 """
 
+# The common close in one statement: the closer owns an active lease on a run queued
+# without a repository grant, so decide_close could only answer ApplyTerminal. The row
+# lock is the UPDATE's own; no row back means "not that case", and the service falls back
+# to LOCK_RUN_FOR_CLOSE + decide_close, which answers every other case (refusals,
+# reconciliation, grant evidence, reopen). The conditions here must stay a subset of
+# decide_close's ApplyTerminal branch (tests/unit/test_ac_close_fast_path.py).
+# $1 id, $2 worker, $3 terminal state, $4 result, $5 last_error, $6 close intent digest
+CLOSE_LEASED_UNGRANTED = f"""
+UPDATE ops_runs
+SET state = $3, lease_until = NULL, result = $4, last_error = $5,
+    close_intent_digest = $6, updated_at = now()
+WHERE id = $1
+  AND state = 'claimed'
+  AND claim_owner = $2
+  AND lease_until > now()
+  AND repository_grant IS NULL
+RETURNING {RUN_COLUMNS}
+"""
+
 # A failure accepted with reopen below the ceiling returns the row to the queue and clears
 # its owner, lease and close identity: a repeat is not a terminal reconciliation.
 # $1 id, $2 result (NULL keeps the previous one), $3 last_error

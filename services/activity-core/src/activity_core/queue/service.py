@@ -42,6 +42,7 @@ from .close_decision import (
     ReopenRun,
     decide_close,
     decide_heartbeat,
+    terminal_state_without_row,
 )
 from .errors import DatabaseUnavailable, QueueRefusal
 from .metrics import QueueMetrics
@@ -244,31 +245,11 @@ class QueueService:
             intent_digest=close_intent_digest(intent),
         )
         started = time.perf_counter()
-        async with self._connection() as conn, conn.transaction():
-            row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
-            decision = decide_close(row, request, max_attempts=self._max_attempts)
-            if isinstance(decision, Refuse):
-                raise self._refuse(decision, run_id, intent.worker_id, intent.action.value)
-            assert row is not None
-            if isinstance(decision, Reconcile):
-                updated: Any = row
-                disposition = CloseDisposition.reconciled
-            elif isinstance(decision, ReopenRun):
-                updated = await conn.fetchrow(
-                    queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
-                )
-                disposition = CloseDisposition.reopened
-            else:
-                assert isinstance(decision, ApplyTerminal)
-                updated = await conn.fetchrow(
-                    queries.CLOSE_TERMINAL,
-                    run_id,
-                    decision.state.value,
-                    request.result,
-                    request.error,
-                    request.intent_digest,
-                )
-                disposition = CloseDisposition.applied
+        async with self._connection() as conn:
+            updated: Any = await self._close_leased_ungranted(conn, run_id, request)
+            disposition = CloseDisposition.applied
+            if updated is None:
+                updated, disposition = await self._close_locked(conn, run_id, request)
         self._metrics.close_latency.observe(time.perf_counter() - started)
         self._metrics.closes.labels(action=intent.action.value, disposition=disposition.value).inc()
         log.info(
@@ -282,6 +263,52 @@ class QueueService:
             },
         )
         return project(updated), disposition
+
+    @staticmethod
+    async def _close_leased_ungranted(
+        conn: PoolConnectionProxy[asyncpg.Record], run_id: uuid.UUID, request: CloseRequest
+    ) -> asyncpg.Record | None:
+        """The common close as one statement; None means "not that case" (nothing changed)."""
+        state = terminal_state_without_row(request)
+        if state is None:
+            return None
+        return await conn.fetchrow(
+            queries.CLOSE_LEASED_UNGRANTED,
+            run_id,
+            request.worker_id,
+            state.value,
+            request.result,
+            request.error,
+            request.intent_digest,
+        )
+
+    async def _close_locked(
+        self, conn: PoolConnectionProxy[asyncpg.Record], run_id: uuid.UUID, request: CloseRequest
+    ) -> tuple[Any, CloseDisposition]:
+        """Every close: lock the row, let decide_close answer, apply what it decided."""
+        async with conn.transaction():
+            row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
+            decision = decide_close(row, request, max_attempts=self._max_attempts)
+            if isinstance(decision, Refuse):
+                raise self._refuse(decision, run_id, request.worker_id, request.action.value)
+            assert row is not None
+            if isinstance(decision, Reconcile):
+                return row, CloseDisposition.reconciled
+            if isinstance(decision, ReopenRun):
+                reopened = await conn.fetchrow(
+                    queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
+                )
+                return reopened, CloseDisposition.reopened
+            assert isinstance(decision, ApplyTerminal)
+            applied = await conn.fetchrow(
+                queries.CLOSE_TERMINAL,
+                run_id,
+                decision.state.value,
+                request.result,
+                request.error,
+                request.intent_digest,
+            )
+            return applied, CloseDisposition.applied
 
     def _refuse(
         self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str

@@ -1,0 +1,97 @@
+"""The one-statement close (queries.CLOSE_LEASED_UNGRANTED) decides what decide_close would.
+
+That statement changes a row only when it is claimed by the closer, its lease is active
+and it was queued without a grant; for those rows, whatever the request, decide_close must
+answer ApplyTerminal with the state terminal_state_without_row named. Where that function
+answers None the service always takes the locking path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from activity_core.queue.close_decision import (
+    ApplyTerminal,
+    CloseRequest,
+    ReopenRun,
+    decide_close,
+    terminal_state_without_row,
+)
+from ops_contracts import CloseAction, RunState
+
+ME = "worker@a"
+MAX_ATTEMPTS = 3
+
+_grant_claims = st.fixed_dictionaries(
+    {},
+    optional={
+        "grant_id": st.one_of(st.none(), st.just("rg1-abc")),
+        "acceptance_policy_id": st.one_of(st.none(), st.just("ap1-abc")),
+        "commit_count": st.integers(0, 3),
+    },
+)
+_results = st.one_of(
+    st.none(),
+    st.just({"ok": True}),
+    st.builds(lambda t: {"ok": True, "repository_transaction": t}, _grant_claims),
+)
+
+
+@st.composite
+def close_requests(draw: st.DrawFn) -> CloseRequest:
+    action = draw(st.sampled_from(list(CloseAction)))
+    return CloseRequest(
+        action=action,
+        worker_id=ME,
+        result=draw(_results) if action is CloseAction.fail else draw(_results) or {"ok": True},
+        error=None if action is CloseAction.complete else "boom",
+        reopen=draw(st.booleans()) if action is CloseAction.fail else False,
+        intent_digest="ci1-x",
+    )
+
+
+def _fast_path_row(attempt: int) -> dict[str, Any]:
+    """A row CLOSE_LEASED_UNGRANTED's WHERE clause matches for worker ME."""
+    return {
+        "state": "claimed",
+        "claim_owner": ME,
+        "lease_active": True,
+        "close_intent_digest": None,
+        "repository_grant": None,
+        "attempt": attempt,
+    }
+
+
+@given(close_requests(), st.integers(1, MAX_ATTEMPTS + 2))
+def test_the_one_statement_close_agrees_with_decide_close(
+    request: CloseRequest, attempt: int
+) -> None:
+    state = terminal_state_without_row(request)
+    decision = decide_close(_fast_path_row(attempt), request, max_attempts=MAX_ATTEMPTS)
+    if state is not None:
+        assert decision == ApplyTerminal(state)
+    else:
+        # None only where the row matters or the close can never apply on such a row.
+        assert request.reopen or not isinstance(decision, ApplyTerminal)
+
+
+def test_reopening_failures_and_grant_claims_take_the_locking_path() -> None:
+    reopen = CloseRequest(CloseAction.fail, ME, None, "boom", True, "ci1-x")
+    assert terminal_state_without_row(reopen) is None
+    assert isinstance(decide_close(_fast_path_row(1), reopen, max_attempts=3), ReopenRun)
+    claims_grant = CloseRequest(
+        CloseAction.complete,
+        ME,
+        {"ok": True, "repository_transaction": {"grant_id": "rg1-abc"}},
+        None,
+        False,
+        "ci1-x",
+    )
+    assert terminal_state_without_row(claims_grant) is None
+    assert (
+        terminal_state_without_row(CloseRequest(CloseAction.fail, ME, None, "boom", False, "ci1-x"))
+        is RunState.failed
+    )
