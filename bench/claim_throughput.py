@@ -7,10 +7,11 @@ Ctrl-C or SIGTERM), and these figures:
 
 (a) the raw-SQL ceiling: claim-one + complete-one cycles/s over 8 asyncpg connections with
     ``synchronous_commit`` on, using the real schema and the statements of queue/queries.py
-    as queue/service.py runs them (claim: RECLAIM_STALE then CLAIM, two autocommit
-    statements; complete: CLOSE_LEASED_UNGRANTED, the service's one-statement close). Measured twice (first and late in the run);
-    the higher figure is the ceiling. A minimal queue table (id, state, priority,
-    created_at, one partial index) is measured too, so the cost of the real schema shows;
+    as queue/service.py runs them, autocommit (claim: CLAIM_UNLESS_STALE, with
+    RECLAIM_STALE + CLAIM after an empty answer; complete: CLOSE_LEASED_UNGRANTED).
+    Measured twice (first and late in the run); the higher figure is the ceiling. A
+    minimal queue table (id, state, priority, created_at, one partial index) is measured
+    too, so the cost of the real schema shows;
 (b) the same cycle through the HTTP API (``activity-core serve`` as a separate process)
     with 8 and 32 concurrent workers, with p50/p99 latency of claim and of complete;
 (c) the same with ``limit: 10`` claims (runs/s);
@@ -578,11 +579,12 @@ class RawSqlCycle:
         self._digest = intent_digest(worker_id)
 
     async def claim(self) -> list[str]:
-        # Two autocommit statements, as QueueService._claim_once runs them.
-        await self._conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
-        rows = await self._conn.fetch(
-            queries.CLAIM, self._worker_id, LEASE_SECONDS, self._limit, "none", []
-        )
+        # Autocommit statements, exactly as QueueService._claim_once runs them.
+        args = (self._worker_id, LEASE_SECONDS, self._limit, "none", [])
+        rows = await self._conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
+        if not rows:
+            await self._conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
+            rows = await self._conn.fetch(queries.CLAIM, *args)
         return [str(r["id"]) for r in rows]
 
     async def complete(self, run_id: str) -> None:
@@ -1084,7 +1086,7 @@ async def explain_claim(conn: asyncpg.Connection) -> str:
     await tr.start()
     try:
         raw = await conn.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM,
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM_UNLESS_STALE,
             "bench-explain",
             LEASE_SECONDS,
             1,
@@ -1114,16 +1116,18 @@ async def explain_claim(conn: asyncpg.Connection) -> str:
 
 
 async def claim_latency(dsn: str, samples: int) -> list[float]:
-    """BEGIN + RECLAIM_STALE + CLAIM timed on one connection, then rolled back (untimed)."""
+    """The service's claim (CLAIM_UNLESS_STALE; nothing is stale here) timed on one
+    connection inside a transaction that is then rolled back (BEGIN and ROLLBACK untimed)."""
     conn = await connect(dsn)
     try:
         timings: list[float] = []
         for i in range(LATENCY_WARMUP + samples):
             tr = conn.transaction()
-            t0 = time.perf_counter()
             await tr.start()
-            await conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
-            rows = await conn.fetch(queries.CLAIM, "bench-latency", LEASE_SECONDS, 1, "none", [])
+            t0 = time.perf_counter()
+            rows = await conn.fetch(
+                queries.CLAIM_UNLESS_STALE, "bench-latency", LEASE_SECONDS, 1, "none", []
+            )
             t1 = time.perf_counter()
             await tr.rollback()
             if len(rows) != 1:

@@ -107,6 +107,24 @@ async def test_stale_claim_is_reopened_before_the_select(
     assert second["state"] == "claimed"
 
 
+async def test_a_stale_claim_is_reopened_before_the_select_while_other_runs_are_open(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    # The busy-queue claim is one statement that leases only when nothing is stale: with
+    # open runs waiting, a stale claim must still be reopened first, so the stale run
+    # (oldest, and urgent) is the one the next claim gets.
+    stale_id = await seeded.run(priority="high")
+    [first] = (await api.claim()).json()["runs"]
+    assert first["id"] == str(stale_id)
+    newer = await seeded.runs(3, priority="low")
+    await seeded.expire_lease(stale_id)
+    [again] = (await api.claim()).json()["runs"]
+    assert again["id"] == str(stale_id)
+    assert again["attempt"] == 2
+    [next_one] = (await api.claim()).json()["runs"]
+    assert next_one["id"] == str(newer[0])
+
+
 async def test_stale_claim_at_the_ceiling_expires_instead(
     app_factory: Any, seeded: SeededQueue
 ) -> None:

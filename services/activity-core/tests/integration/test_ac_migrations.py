@@ -83,9 +83,14 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     await db.execute("ANALYZE ops_runs")
     async with db.transaction():
         plan = await _plan(db, queries.CLAIM, "w", 60, 1, "none", [])
+        guarded = await _plan(db, queries.CLAIM_UNLESS_STALE, "w", 60, 1, "none", [])
         stale = await _plan(db, queries.RECLAIM_STALE, 3)
     assert "ops_runs_open_claim_order" in plan
     assert "Seq Scan" not in plan
+    # the stale probe is one index lookup evaluated once, not a filter per candidate row
+    assert "ops_runs_open_claim_order" in guarded and "ops_runs_claimed_lease" in guarded
+    assert '"Subplan Name": "InitPlan' in guarded
+    assert "Seq Scan" not in guarded
     # either claimed-rows index serves the reclaim; what matters is that no scan reads history
     assert "ops_runs_claimed_lease" in stale or "ops_runs_by_state" in stale
     assert "Seq Scan" not in stale

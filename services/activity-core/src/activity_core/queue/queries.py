@@ -58,11 +58,11 @@ RETURNING r.id, r.state, stale.claim_owner
 # skipping rows locked by concurrent claimers, and lease them in the same statement.
 # The ORDER BY matches ops_runs_open_claim_order, so the scan stops after $limit rows.
 # $1 worker, $2 lease seconds, $3 limit, $4 labels mode ('none' | 'any' | 'all'), $5 labels
-CLAIM = f"""
+_CLAIM_TEMPLATE = f"""
 WITH picked AS (
     SELECT id
     FROM ops_runs
-    WHERE state = 'open'
+    WHERE state = 'open'{{guard}}
       AND CASE $4::text
             WHEN 'any' THEN labels ?| $5::text[]
             WHEN 'all' THEN labels @> to_jsonb($5::text[])
@@ -82,6 +82,21 @@ FROM picked
 WHERE r.id = picked.id
 RETURNING {_qualified("r")}
 """
+
+# Run right after RECLAIM_STALE, in a fresh snapshot that sees the rows it reopened.
+CLAIM = _CLAIM_TEMPLATE.format(guard="")
+
+# The common claim in one round trip: it selects only when its snapshot holds no stale
+# claim (one probe of ops_runs_claimed_lease, evaluated once per statement), so stale
+# claims are still reopened before any select; an empty answer sends the service through
+# RECLAIM_STALE and CLAIM. Same parameters as CLAIM.
+CLAIM_UNLESS_STALE = _CLAIM_TEMPLATE.format(
+    guard="""
+      AND NOT EXISTS (
+            SELECT 1 FROM ops_runs AS stale
+            WHERE stale.state = 'claimed' AND stale.lease_until <= now()
+          )"""
+)
 
 # A close or heartbeat locks its one row for the rest of its short transaction, and reads
 # the clock of the same transaction so "lease ended" is judged by the database, not the app.

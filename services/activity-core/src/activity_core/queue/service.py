@@ -1,5 +1,6 @@
-"""The queue's units of work: a claim is one leasing statement (after the stale-lease
-reclaim), a close is one short transaction that locks its row.
+"""The queue's units of work. A claim is one leasing statement when nothing is stale
+(else reclaim, then lease); a close is one conditional UPDATE in the common case (else a
+short transaction that locks its row and lets decide_close answer).
 
 Routers call these; these own the transaction and call the SQL in queries.py and the
 pure decisions in close_decision.py. Driver errors are translated here, once.
@@ -147,15 +148,18 @@ class QueueService:
         mode = "none" if not spec.labels else spec.labels_mode.value
         labels = list(spec.labels or [])
         started = time.perf_counter()
-        # Two statements, each its own short transaction (two round trips, not four with
-        # BEGIN/COMMIT): the reclaim is a complete transition on its own, and running it
-        # first lets the claim's fresh snapshot see the rows it reopened. When nothing is
-        # stale the reclaim writes nothing, so it costs no commit flush.
+        # Autocommit statements, no BEGIN/COMMIT round trips. The first leases only when
+        # nothing is stale; an empty answer (nothing open, or stale claims seen) reopens
+        # stale claims and claims again in a fresh snapshot that sees the reopened rows.
+        # So a busy queue claims in one round trip and stale claims are always reopened
+        # before a claim selects. When nothing is stale the reclaim writes nothing.
+        args = (spec.worker_id, spec.lease_seconds, spec.limit, mode, labels)
+        stale: Sequence[asyncpg.Record] = ()
         async with self._connection() as conn:
-            stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
-            rows = await conn.fetch(
-                queries.CLAIM, spec.worker_id, spec.lease_seconds, spec.limit, mode, labels
-            )
+            rows = await conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
+            if not rows:
+                stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+                rows = await conn.fetch(queries.CLAIM, *args)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         self._record_stale(stale, trigger="claim")
         self._metrics.claimed.inc(len(rows))
