@@ -126,6 +126,22 @@ async def test_readyz_is_503_schema_not_current_on_an_empty_database(empty_dsn: 
         assert (await client.http.get("/healthz")).status_code == 200
 
 
+async def test_an_unmigrated_database_is_503_schema_not_current_never_a_500(
+    empty_dsn: str,
+) -> None:
+    async with running_app(empty_dsn) as client:
+        claim = await client.claim()
+        assert claim.status_code == 503, claim.text
+        assert claim.json()["code"] == "schema_not_current"
+        assert "activity-core migrate" in claim.json()["detail"]
+        listing = await client.http.get("/ops-runs", headers=client.operator_headers())
+        assert listing.status_code == 503
+        # /metrics still answers: the queue counts are left out, the process counters stay
+        metrics = await client.http.get("/metrics")
+        assert metrics.status_code == 200, metrics.text
+        assert "ops_run_refusals" in metrics.text
+
+
 async def test_readyz_follows_the_database_away_and_back(
     db_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -65,6 +66,20 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc)
         response = error_response(503, "unavailable", "the database is not reachable; retry")
         response.headers["Retry-After"] = "1"
+        return response
+
+    @app.exception_handler(asyncpg.exceptions.UndefinedTableError)
+    @app.exception_handler(asyncpg.exceptions.UndefinedColumnError)
+    async def _schema_missing(_: Request, exc: Exception) -> Response:
+        # `serve` without --migrate on a database this build has not migrated: an operator
+        # error with a known fix, not an internal one (/readyz says the same).
+        log.warning("database schema is not current: %s", type(exc).__name__)
+        response = error_response(
+            503,
+            "schema_not_current",
+            "the database schema is not migrated for this build; run `activity-core migrate`",
+        )
+        response.headers["Retry-After"] = "5"
         return response
 
     @app.exception_handler(AutomationNotFound)

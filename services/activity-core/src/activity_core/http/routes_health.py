@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from ..db.migrate import current_version, latest_version
@@ -46,8 +47,8 @@ async def metrics(request: Request, queue: Queue) -> Response:
     registry_owner = request.app.state.metrics
     try:
         counts = await queue.count_by_state()
-    except DatabaseUnavailable:
-        counts = {}
+    except (DatabaseUnavailable, asyncpg.exceptions.UndefinedTableError):
+        counts = {}  # no database or no schema yet: the process's own counters still answer
     for state, n in counts.items():
         registry_owner.runs_by_state.labels(state=state).set(n)
-    return Response(generate_latest(registry_owner.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(registry_owner.exposition(), media_type=CONTENT_TYPE_LATEST)
