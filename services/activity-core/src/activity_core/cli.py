@@ -14,7 +14,6 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 
@@ -77,10 +76,9 @@ def cmd_migrate(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .http.app import build_authenticator, create_app
     from .http.auth import CredentialsFileError
+    from .serve import Listen, serve_in_this_process, serve_with_workers
 
     # Configuration first: a bad credentials file must stop us before a database is
     # started, connected to or migrated.
@@ -88,21 +86,13 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
         auth = build_authenticator(settings)
     except CredentialsFileError as exc:
         raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
+    listen = Listen(args.host, args.port)
     with database(settings) as dsn:
         if args.migrate:
             asyncio.run(_migrate(dsn))
-        app = create_app(settings, dsn=dsn, auth=auth)
-        config: dict[str, Any] = {
-            "host": args.host,
-            "port": args.port,
-            "log_config": None,
-            "access_log": False,
-            # a long-poll claim may hold a request open for up to 20 s; on SIGTERM do not
-            # wait for it (the worker simply claims again from another replica)
-            "timeout_graceful_shutdown": 5,
-        }
-        _DrainingServer(uvicorn.Config(app, **config)).run()
-    return 0
+        if args.workers > 1:
+            return serve_with_workers(dsn, listen, args.workers)
+        return serve_in_this_process(create_app(settings, dsn=dsn, auth=auth), listen)
 
 
 def cmd_temporal_worker(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
@@ -117,35 +107,16 @@ def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespac
     return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
 
 
-def _drain_long_polls(app: Any) -> None:
-    queue = getattr(app.state, "queue", None)
-    if queue is not None:
-        queue.drain_long_polls()
+def _worker_count(text: str) -> int:
+    from .serve import MAX_WORKERS
 
-
-class _DrainingServer:
-    """uvicorn's server, but a shutdown signal first ends the long-poll claims in flight,
-    so they answer `{"runs": []}` instead of being cancelled mid-request."""
-
-    def __init__(self, config: Any) -> None:
-        import uvicorn
-
-        app = config.app
-
-        class Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    loop = None
-                if loop is not None:
-                    loop.call_soon_threadsafe(_drain_long_polls, app)
-                super().handle_exit(sig, frame)
-
-        self._server = Server(config)
-
-    def run(self) -> None:
-        self._server.run()
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_WORKERS}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--migrate", action="store_true", help="apply migrations before serving")
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port (default 1; one per core the API may use)",
+    )
     sub.add_parser(
         "temporal-worker", help="the Temporal worker: RunActivityWorkflow and its activities"
     )

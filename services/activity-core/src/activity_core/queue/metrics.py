@@ -1,8 +1,18 @@
-"""Prometheus metrics of the queue, in a registry owned by one app instance."""
+"""Prometheus metrics of the queue, in a registry owned by one app instance.
+
+Under `serve --workers N` prometheus_client runs in multiprocess mode (the supervisor sets
+PROMETHEUS_MULTIPROC_DIR before any worker starts): each worker writes its samples to
+files there and the exposition sums every worker's, so a scrape answered by any worker
+reports the whole API. The by-state gauge is read from the database at scrape time, so
+the most recent reading is the one reported.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -15,6 +25,7 @@ class QueueMetrics:
             "ops runs by state (read at scrape time)",
             ["state"],
             registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self.claimed = Counter(
             "ops_runs_claimed", "runs handed out by claims", registry=self.registry
@@ -49,3 +60,12 @@ class QueueMetrics:
             ["outcome"],
             registry=self.registry,
         )
+
+    def exposition(self) -> bytes:
+        """The text exposition: this app's registry, or every worker's under multiprocess."""
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined, path=directory)  # type: ignore[no-untyped-call]
+        return generate_latest(combined)

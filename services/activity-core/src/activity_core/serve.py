@@ -1,0 +1,196 @@
+"""Run the HTTP API: in this process, or as N worker processes sharing one listening socket.
+
+One process runs one event loop on one core. On a machine with more cores than replicas
+(a VM, a large pod) `serve --workers N` binds the socket here and starts N processes that
+accept on it; the kernel hands each new connection to one of them. This process only
+supervises:
+
+- SIGTERM or SIGINT: every worker is asked to stop (each drains its long polls, as a single
+  process does), then waited for; one still running after the grace period is killed.
+- A worker that exits on its own stops the others and `serve` exits 1. The orchestrator
+  restarts the whole unit; a half-alive API that silently lost capacity is worse at night.
+- A supervisor that is killed outright takes its workers with it: each watches it and
+  stops (draining) when it is gone.
+
+Metrics: with more than one worker, prometheus_client's multiprocess mode keeps every
+worker's samples in files under a private directory, and /metrics, whichever worker
+answers, reports their sum (queue/metrics.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# uvicorn waits this long for requests in flight after a shutdown signal; a long-poll claim
+# may hold a request open for up to 20 s, so do not wait for it (the worker simply claims
+# again from another replica).
+GRACEFUL_SHUTDOWN_SECONDS = 5
+# How long the supervisor waits for its workers after asking them to stop.
+WORKER_STOP_SECONDS = GRACEFUL_SHUTDOWN_SECONDS + 5
+MAX_WORKERS = 64
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+
+
+def uvicorn_config(app: Any, listen: Listen) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=listen.host,
+        port=listen.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+
+
+def _drain_long_polls(app: Any) -> None:
+    queue = getattr(app.state, "queue", None)
+    if queue is not None:
+        queue.drain_long_polls()
+
+
+class DrainingServer:
+    """uvicorn's server, but a shutdown signal first ends the long-poll claims in flight,
+    so they answer `{"runs": []}` instead of being cancelled mid-request."""
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        app = config.app
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    loop = None
+                if loop is not None:
+                    loop.call_soon_threadsafe(_drain_long_polls, app)
+                super().handle_exit(sig, frame)
+
+        self._server = Server(config)
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        self._server.run(sockets=sockets)
+
+
+def serve_in_this_process(app: Any, listen: Listen) -> int:
+    DrainingServer(uvicorn_config(app, listen)).run()
+    return 0
+
+
+def _worker_main(dsn: str, listen: Listen, sock: socket.socket) -> None:
+    """A worker process: its own settings (from the same environment), app, pool, loop."""
+    from .http.app import create_app
+    from .logs import configure_logging
+    from .settings import load_settings
+
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    _stop_when_the_supervisor_dies()
+    app = create_app(settings, dsn=dsn)
+    DrainingServer(uvicorn_config(app, listen)).run(sockets=[sock])
+
+
+def _stop_when_the_supervisor_dies() -> None:
+    """A worker outliving a SIGKILLed supervisor would keep serving unsupervised (and keep
+    the port): when the supervisor's process ends, stop as if told to (drain, then exit)."""
+    supervisor = multiprocessing.parent_process()
+    if supervisor is None:
+        return
+
+    def watch() -> None:
+        supervisor.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def serve_with_workers(dsn: str, listen: Listen, workers: int) -> int:
+    """Bind here, run `workers` processes on the socket, supervise them (see module doc)."""
+    with tempfile.TemporaryDirectory(prefix="activity-core-metrics-") as metrics_dir:
+        # Read by prometheus_client when a worker imports it; set before any starts.
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        sock = uvicorn_config("activity_core:unused", listen).bind_socket()
+        context = multiprocessing.get_context("spawn")
+        procs = [
+            context.Process(
+                target=_worker_main,
+                args=(dsn, listen, sock),
+                name=f"activity-core-web-{n}",
+                daemon=False,
+            )
+            for n in range(workers)
+        ]
+        stop = threading.Event()
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            for proc in procs:
+                proc.start()
+            print(
+                f"activity-core: serving on {listen.host}:{listen.port} with {workers} worker "
+                f"processes (pids {', '.join(str(p.pid) for p in procs)})",
+                file=sys.stderr,
+                flush=True,
+            )
+            lost = _supervise(procs, stop)
+        finally:
+            _stop_all(procs)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            sock.close()
+    if lost is not None:
+        print(
+            f"activity-core: worker process {lost.pid} exited with {lost.exitcode}; "
+            "stopped the others",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _supervise(
+    procs: Sequence[multiprocessing.process.BaseProcess], stop: threading.Event
+) -> multiprocessing.process.BaseProcess | None:
+    """Wait for a stop signal (None) or a worker that exited on its own (that worker)."""
+    while not stop.wait(0.2):
+        for proc in procs:
+            if not proc.is_alive():
+                return proc
+    return None
+
+
+def _stop_all(procs: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    for proc in procs:
+        if proc.pid is not None and proc.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + WORKER_STOP_SECONDS
+    for proc in procs:
+        if proc.pid is None:
+            continue
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()

@@ -1,0 +1,202 @@
+"""`activity-core serve --workers N` as a real process: N workers on one port, one supervisor.
+
+Each worker accepts on the socket the supervisor bound, /metrics sums every worker's
+samples whichever worker answers, SIGTERM stops them all, and a worker that dies takes
+the unit down (exit 1) instead of leaving a half-alive API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from ac_testkit import SeededQueue
+from activity_core.db.pool import init_connection
+
+EXECUTABLE = Path(sys.executable).with_name("activity-core")
+OPERATOR_TOKEN = "operator-token-for-workers-test"
+WORKER_ID = "rein-aharness@workers-test"
+WORKER_TOKEN = "worker-token-for-workers-test-0123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    base_url: str
+    workers: list[int]
+
+    def client(self) -> httpx.AsyncClient:
+        # No keep-alive: every request is a new connection, so the kernel spreads them
+        # over the workers.
+        return httpx.AsyncClient(
+            base_url=self.base_url,
+            limits=httpx.Limits(max_keepalive_connections=0),
+            timeout=10,
+            trust_env=False,
+        )
+
+
+@pytest.fixture
+async def served(db_dsn: str) -> AsyncIterator[Served]:
+    port = _free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"))
+    }
+    env.update(
+        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+        ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
+        ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
+        ACTIVITY_CORE_WORKER_ID=WORKER_ID,
+        ACTIVITY_CORE_LOG_LEVEL="WARNING",
+    )
+    proc = subprocess.Popen(
+        [str(EXECUTABLE), "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(base_url=base_url, timeout=2, trust_env=False) as probe:
+            while True:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "serve --workers 2 did not become ready"
+                try:
+                    if (await probe.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        # the supervisor's children: two workers (and multiprocessing's resource tracker)
+        workers = [pid for pid in _children(proc.pid) if "spawn_main" in _cmdline(pid)]
+        yield Served(proc, base_url, workers)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+_CLAIMED = re.compile(r"^ops_runs_claimed_total ([0-9.e+]+)$", re.MULTILINE)
+
+
+async def test_two_workers_serve_one_port_and_metrics_count_both(
+    served: Served, db_dsn: str
+) -> None:
+    assert len(served.workers) == 2, served.workers
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await init_connection(conn)
+        await SeededQueue(conn).runs(12)
+    finally:
+        await conn.close()
+    worker = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+    claimed: list[str] = []
+    async with served.client() as client:
+        for _ in range(12):
+            response = await client.post(
+                "/ops-runs/claim", json={"worker_id": WORKER_ID}, headers=worker
+            )
+            assert response.status_code == 200, response.text
+            claimed += [run["id"] for run in response.json()["runs"]]
+        assert len(claimed) == len(set(claimed)) == 12
+        # whichever worker answers the scrape reports every worker's claims
+        for _ in range(6):
+            metrics = await client.get("/metrics")
+            assert metrics.status_code == 200
+            match = _CLAIMED.search(metrics.text)
+            assert match is not None, metrics.text
+            assert float(match.group(1)) == 12.0
+
+
+async def test_sigterm_stops_every_worker_and_exits_0(served: Served) -> None:
+    served.proc.send_signal(signal.SIGTERM)
+    _, err = served.proc.communicate(timeout=30)
+    assert served.proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert not [pid for pid in served.workers if _alive(pid)]
+
+
+async def test_a_worker_that_dies_stops_the_unit_with_exit_1(served: Served) -> None:
+    os.kill(served.workers[0], signal.SIGKILL)
+    _, err = served.proc.communicate(timeout=30)
+    assert served.proc.returncode == 1
+    assert f"worker process {served.workers[0]} exited" in err
+    assert not [pid for pid in served.workers if _alive(pid)]
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(served: Served) -> None:
+    served.proc.kill()  # the supervisor only, as an OOM killer would
+    served.proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while [pid for pid in served.workers if _alive(pid)]:
+        assert time.monotonic() < deadline, "workers outlived their supervisor"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("value", ["0", "65", "two"])
+def test_a_bad_worker_count_is_a_usage_error(value: str) -> None:
+    completed = subprocess.run(
+        [str(EXECUTABLE), "serve", "--workers", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ACTIVITY_CORE_")},
+    )
+    assert completed.returncode == 2
+    assert "--workers" in completed.stderr
+    assert "Traceback" not in completed.stderr
