@@ -95,6 +95,7 @@ class Plan:
     sustain_workers: int = 8
     batch_limit: int = 10
     client: str = "lean"  # the HTTP load generator: "lean" (lean_http.py) or "httpx"
+    api_workers: int = 1  # `serve --workers N`
 
 
 FULL = Plan(
@@ -290,6 +291,24 @@ def process_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def process_tree_cpu(pid: int) -> float | None:
+    """CPU of a process and its children: `serve --workers N` is a supervisor and N workers."""
+    own = process_cpu(pid)
+    if own is None:
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            own += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return own
+
+
 def machine_busy() -> float | None:
     try:
         first = Path("/proc/stat").read_text().splitlines()[0].split()
@@ -374,7 +393,7 @@ class CpuProbe:
         return CpuSnapshot(
             at=time.perf_counter(),
             bench=process_cpu(os.getpid()),
-            api=process_cpu(self._api_pid) if self._api_pid else None,
+            api=process_tree_cpu(self._api_pid) if self._api_pid else None,
             backends=backends,
             machine=machine_busy(),
         )
@@ -1191,9 +1210,9 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return setup
 
 
-def serve_command(host: str, port: int, profile: Path | None) -> list[str]:
+def serve_command(host: str, port: int, profile: Path | None, workers: int = 1) -> list[str]:
     """`activity-core serve`, under cProfile when asked (the profile is written on exit)."""
-    serve = ["serve", "--host", host, "--port", str(port)]
+    serve = ["serve", "--host", host, "--port", str(port), "--workers", str(workers)]
     script = Path(sys.executable).with_name("activity-core")
     if profile is not None:
         return [sys.executable, "-m", "cProfile", "-o", str(profile), str(script), *serve]
@@ -1227,7 +1246,7 @@ class ApiServer:
 
 @contextlib.asynccontextmanager
 async def api_server(
-    dsn: str, workdir: Path, fleet: int, profile: Path | None
+    dsn: str, workdir: Path, fleet: int, profile: Path | None, api_workers: int = 1
 ) -> AsyncIterator[ApiServer]:
     workers = [Worker(f"bench-worker-{i:02d}", secrets.token_urlsafe(24)) for i in range(fleet)]
     credentials = workdir / "workers.json"
@@ -1255,7 +1274,7 @@ async def api_server(
     log_path = workdir / "activity-core.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            *serve_command("127.0.0.1", port, profile),
+            *serve_command("127.0.0.1", port, profile, api_workers),
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log_file,
@@ -1324,6 +1343,10 @@ def verdict(ok: bool | None, noisy: bool = False) -> str:
 def print_summary(results: Results, plan: Plan) -> None:
     a = results.ceiling
     rows: list[tuple[str, str, str, str, str]] = []
+    print(
+        f"\nHTTP phases: activity-core serve --workers {plan.api_workers}, "
+        f"load generator {plan.client}, {os.cpu_count()} cores shared by everything"
+    )
 
     def vs_a(value: float) -> str:
         return f"{value / a:.0%}" if a else "n/a"
@@ -1472,10 +1495,11 @@ async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
                 results.minimal = await best_of(
                     ref, "cycles/s", lambda: minimal_attempt(db, plan, ref), results
                 )
-                async with api_server(dsn, Path(tmp), max(plan.http_workers), profile) as api:
+                fleet = max(plan.http_workers)
+                async with api_server(dsn, Path(tmp), fleet, profile, plan.api_workers) as api:
                     print(
-                        f"\nactivity-core serve: pid {api.pid} at {api.base_url} "
-                        f"(load generator: {plan.client})"
+                        f"\nactivity-core serve --workers {plan.api_workers}: pid {api.pid} at "
+                        f"{api.base_url} (load generator: {plan.client})"
                     )
                     for workers in plan.http_workers:
                         results.http[workers] = await best_of(
@@ -1563,6 +1587,14 @@ def main(argv: list[str] | None = None) -> int:
         "taken from the same two cores as the API)",
     )
     parser.add_argument(
+        "--api-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the API as `activity-core serve --workers N` (default 1; N processes share "
+        "the port, e.g. one per core)",
+    )
+    parser.add_argument(
         "--profile-api",
         type=Path,
         metavar="FILE",
@@ -1570,7 +1602,9 @@ def main(argv: list[str] | None = None) -> int:
         "functions (slows the HTTP phases: for finding where time goes, not for figures)",
     )
     args = parser.parse_args(argv)
-    plan = dataclasses.replace(QUICK if args.quick else FULL, client=args.client)
+    plan = dataclasses.replace(
+        QUICK if args.quick else FULL, client=args.client, api_workers=args.api_workers
+    )
 
     with contextlib.ExitStack() as stack:
         server_dsn = resolve_dsn(args.database_url)
