@@ -87,6 +87,8 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
     except CredentialsFileError as exc:
         raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
     listen = Listen(args.host, args.port)
+    if args.workers > 1 and args.port == 0:
+        raise CommandError("--workers needs a fixed --port (each worker listens on it)")
     with database(settings) as dsn:
         if args.migrate:
             asyncio.run(_migrate(dsn))

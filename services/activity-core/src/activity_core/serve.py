@@ -1,9 +1,11 @@
-"""Run the HTTP API: in this process, or as N worker processes sharing one listening socket.
+"""Run the HTTP API: in this process, or as N worker processes listening on one port.
 
 One process runs one event loop on one core. On a machine with more cores than replicas
-(a VM, a large pod) `serve --workers N` binds the socket here and starts N processes that
-accept on it; the kernel hands each new connection to one of them. This process only
-supervises:
+(a VM, a large pod) `serve --workers N` starts N processes that each listen on the port
+with SO_REUSEPORT, so the kernel spreads new connections over them by address hash. (One
+socket shared by all workers is what uvicorn does; measured here, whichever worker woke
+first took nearly every keep-alive connection and the second core stayed idle.) This
+process only supervises:
 
 - SIGTERM or SIGINT: every worker is asked to stop (each drains its long polls, as a single
   process does), then waited for; one still running after the grace period is killed.
@@ -97,12 +99,37 @@ def serve_in_this_process(app: Any, listen: Listen) -> int:
     return 0
 
 
-def _worker_main(dsn: str, listen: Listen, sock: socket.socket) -> None:
-    """A worker process: its own settings (from the same environment), app, pool, loop."""
+def _listen_reusing_port(listen: Listen) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _worker_main(dsn: str, listen: Listen) -> None:
+    """A worker process: its own socket on the port, settings (from the same environment),
+    app, pool and event loop."""
     from .http.app import create_app
     from .logs import configure_logging
     from .settings import load_settings
 
+    try:
+        sock = _listen_reusing_port(listen)
+    except OSError as exc:
+        print(
+            f"activity-core: cannot listen on {listen.host}:{listen.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     settings = load_settings()
     configure_logging(settings.log_level)
     _stop_when_the_supervisor_dies()
@@ -125,16 +152,15 @@ def _stop_when_the_supervisor_dies() -> None:
 
 
 def serve_with_workers(dsn: str, listen: Listen, workers: int) -> int:
-    """Bind here, run `workers` processes on the socket, supervise them (see module doc)."""
+    """Run `workers` processes listening on the port; supervise them (see module doc)."""
     with tempfile.TemporaryDirectory(prefix="activity-core-metrics-") as metrics_dir:
         # Read by prometheus_client when a worker imports it; set before any starts.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-        sock = uvicorn_config("activity_core:unused", listen).bind_socket()
         context = multiprocessing.get_context("spawn")
         procs = [
             context.Process(
                 target=_worker_main,
-                args=(dsn, listen, sock),
+                args=(dsn, listen),
                 name=f"activity-core-web-{n}",
                 daemon=False,
             )
@@ -159,7 +185,6 @@ def serve_with_workers(dsn: str, listen: Listen, workers: int) -> int:
             _stop_all(procs)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            sock.close()
     if lost is not None:
         print(
             f"activity-core: worker process {lost.pid} exited with {lost.exitcode}; "

@@ -78,9 +78,7 @@ class Served:
         )
 
 
-@pytest.fixture
-async def served(db_dsn: str) -> AsyncIterator[Served]:
-    port = _free_port()
+def _serve_env(db_dsn: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -93,6 +91,13 @@ async def served(db_dsn: str) -> AsyncIterator[Served]:
         ACTIVITY_CORE_WORKER_ID=WORKER_ID,
         ACTIVITY_CORE_LOG_LEVEL="WARNING",
     )
+    return env
+
+
+@pytest.fixture
+async def served(db_dsn: str) -> AsyncIterator[Served]:
+    port = _free_port()
+    env = _serve_env(db_dsn)
     proc = subprocess.Popen(
         [str(EXECUTABLE), "serve", "--port", str(port), "--workers", "2"],
         env=env,
@@ -185,6 +190,37 @@ async def test_workers_stop_when_the_supervisor_is_killed(served: Served) -> Non
     while [pid for pid in served.workers if _alive(pid)]:
         assert time.monotonic() < deadline, "workers outlived their supervisor"
         await asyncio.sleep(0.2)
+
+
+async def test_a_port_taken_by_another_process_is_exit_1_and_a_clear_line(db_dsn: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        completed = subprocess.run(
+            [str(EXECUTABLE), "serve", "--port", str(port), "--workers", "2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=_serve_env(db_dsn),
+        )
+    assert completed.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_workers_need_a_fixed_port(db_dsn: str) -> None:
+    completed = subprocess.run(
+        [str(EXECUTABLE), "serve", "--port", "0", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_serve_env(db_dsn),
+    )
+    assert completed.returncode == 1
+    assert "--workers needs a fixed --port" in completed.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "65", "two"])
