@@ -192,47 +192,39 @@ async def test_workers_stop_when_the_supervisor_is_killed(served: Served) -> Non
         await asyncio.sleep(0.2)
 
 
+def _serve_once(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`serve` expected to stop by itself (a refused start)."""
+    return subprocess.run(
+        [str(EXECUTABLE), "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
 async def test_a_port_taken_by_another_process_is_exit_1_and_a_clear_line(db_dsn: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        completed = subprocess.run(
-            [str(EXECUTABLE), "serve", "--port", str(port), "--workers", "2"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=_serve_env(db_dsn),
-        )
+        completed = _serve_once(_serve_env(db_dsn), "--port", str(port), "--workers", "2")
     assert completed.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in completed.stderr
     assert "Traceback" not in completed.stderr
 
 
 def test_workers_need_a_fixed_port(db_dsn: str) -> None:
-    completed = subprocess.run(
-        [str(EXECUTABLE), "serve", "--port", "0", "--workers", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=_serve_env(db_dsn),
-    )
+    completed = _serve_once(_serve_env(db_dsn), "--port", "0", "--workers", "2")
     assert completed.returncode == 1
     assert "--workers needs a fixed --port" in completed.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "65", "two"])
 def test_a_bad_worker_count_is_a_usage_error(value: str) -> None:
-    completed = subprocess.run(
-        [str(EXECUTABLE), "serve", "--workers", value],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("ACTIVITY_CORE_")},
-    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTIVITY_CORE_")}
+    completed = _serve_once(env, "--workers", value)
     assert completed.returncode == 2
     assert "--workers" in completed.stderr
     assert "Traceback" not in completed.stderr
