@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -33,6 +34,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # uvicorn waits this long for requests in flight after a shutdown signal; a long-poll claim
@@ -153,7 +155,9 @@ def _stop_when_the_supervisor_dies() -> None:
 
 def serve_with_workers(dsn: str, listen: Listen, workers: int) -> int:
     """Run `workers` processes listening on the port; supervise them (see module doc)."""
-    with tempfile.TemporaryDirectory(prefix="activity-core-metrics-") as metrics_dir:
+    _remove_metrics_dirs_of_dead_supervisors()
+    prefix = f"{_METRICS_DIR_PREFIX}{os.getpid()}-"
+    with tempfile.TemporaryDirectory(prefix=prefix) as metrics_dir:
         # Read by prometheus_client when a worker imports it; set before any starts.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         context = multiprocessing.get_context("spawn")
@@ -193,6 +197,30 @@ def serve_with_workers(dsn: str, listen: Listen, workers: int) -> int:
         )
         return 1
     return 0
+
+
+_METRICS_DIR_PREFIX = "activity-core-metrics-"
+
+
+def _remove_metrics_dirs_of_dead_supervisors() -> None:
+    """A supervisor that was killed outright could not remove its metrics directory; the
+    next one on this machine does. The directory names carry the supervisor's pid, and a
+    directory whose pid is alive (or reused) is left alone."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_METRICS_DIR_PREFIX}*-*"):
+        pid_text = path.name[len(_METRICS_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _supervise(

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -124,7 +125,11 @@ async def served(db_dsn: str) -> AsyncIterator[Served]:
         yield Served(proc, base_url, workers)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
 
 
@@ -183,13 +188,26 @@ async def test_a_worker_that_dies_stops_the_unit_with_exit_1(served: Served) -> 
     assert not [pid for pid in served.workers if _alive(pid)]
 
 
-async def test_workers_stop_when_the_supervisor_is_killed(served: Served) -> None:
+def _metrics_dirs(pid: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"activity-core-metrics-{pid}-*"))
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(served: Served, db_dsn: str) -> None:
+    assert len(_metrics_dirs(served.proc.pid)) == 1
     served.proc.kill()  # the supervisor only, as an OOM killer would
     served.proc.wait(timeout=10)
     deadline = time.monotonic() + 20
     while [pid for pid in served.workers if _alive(pid)]:
         assert time.monotonic() < deadline, "workers outlived their supervisor"
         await asyncio.sleep(0.2)
+    # the killed supervisor's metrics directory is left behind; the next supervisor on the
+    # machine removes it (a refused start is enough: it cleans up before listening)
+    assert len(_metrics_dirs(served.proc.pid)) == 1
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        _serve_once(_serve_env(db_dsn), "--port", str(taken.getsockname()[1]), "--workers", "2")
+    assert _metrics_dirs(served.proc.pid) == []
 
 
 def _serve_once(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
