@@ -296,17 +296,11 @@ def process_tree_cpu(pid: int) -> float | None:
     own = process_cpu(pid)
     if own is None:
         return None
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:
-            own += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return own
+    children: list[int] = []
+    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in listing.read_text().split()]
+    return own + sum(used for used in map(process_cpu, children) if used is not None)
 
 
 def machine_busy() -> float | None:

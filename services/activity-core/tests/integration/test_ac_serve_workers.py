@@ -41,16 +41,9 @@ def _free_port() -> int:
 
 
 def _children(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
+    found: set[int] = set()
+    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
+        found.update(int(child) for child in listing.read_text().split())
     return found
 
 

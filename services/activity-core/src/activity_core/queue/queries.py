@@ -89,10 +89,9 @@ CLAIM = _CLAIM_TEMPLATE.format(guard="")
 # The common claim in one round trip: it selects only when its snapshot holds no stale
 # claim (one probe, evaluated once per statement), so stale claims are still reopened
 # before any select; an empty answer sends the service through RECLAIM_STALE and CLAIM.
-# The probe is ordered by lease_until so that only ops_runs_claimed_lease can serve it:
-# as NOT EXISTS the planner drifted to ops_runs_by_state once dead rows piled up, and
-# that index holds an entry for every claim ever made until VACUUM (0.25 -> 1.8 ms per
-# claim after 60 s of churn in the benchmark). Same parameters as CLAIM.
+# The probe reads ops_runs_claimed_lease in lease order; since 0004 no other index holds
+# claimed rows (ops_runs_by_state kept an entry per claim until VACUUM, and the planner
+# drifted onto it: 0.25 -> 1.8 ms per claim after 60 s of churn). Same parameters as CLAIM.
 CLAIM_UNLESS_STALE = _CLAIM_TEMPLATE.format(
     guard="""
       AND (SELECT stale.lease_until
