@@ -9,6 +9,9 @@ from typing import Any
 import asyncpg
 import httpx
 
+from activity_core.http.app import create_app
+from activity_core.settings import load_settings
+
 OPERATOR_TOKEN = "operator-token-0123456789abcdef"
 WORKER_TOKEN = "worker-token-0123456789abcdef"
 WORKER_ID = "rein-aharness@test01"
@@ -24,6 +27,19 @@ def settings_env(**overrides: Any) -> dict[str, Any]:
     }
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}
+
+
+async def start_app(
+    dsn: str, *, worker_fast_path: bool = True, **env: Any
+) -> tuple[AppClient, Any]:
+    settings = load_settings(**settings_env(**env))
+    app = create_app(settings, dsn=dsn, worker_fast_path=worker_fast_path)
+    lifespan = app.router.lifespan_context(app)
+    await lifespan.__aenter__()
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
+    )
+    return AppClient(app, client, settings.worker_token), lifespan
 
 
 class AppClient:

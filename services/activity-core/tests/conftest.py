@@ -11,22 +11,20 @@ import tempfile
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 from ac_testkit import (
     AppClient,
     SeededQueue,
-    settings_env,
+    start_app,
 )
 from activity_core.db.migrate import migrate
 from activity_core.db.pool import init_connection
-from activity_core.http.app import create_app
-from activity_core.settings import load_settings
 
 
 def _with_database(dsn: str, name: str) -> str:
@@ -65,8 +63,8 @@ async def template_name(server_dsn: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-@pytest.fixture
-async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
+@asynccontextmanager
+async def _migrated_database(server_dsn: str, template_name: str) -> AsyncIterator[str]:
     name = f"ac_test_{uuid.uuid4().hex[:16]}"
     admin = await asyncpg.connect(server_dsn)
     try:
@@ -75,6 +73,19 @@ async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
+    async with _migrated_database(server_dsn, template_name) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+async def twin_db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
+    """A second migrated database beside db_dsn (tests that compare two instances)."""
+    async with _migrated_database(server_dsn, template_name) as dsn:
+        yield dsn
 
 
 @pytest.fixture
@@ -103,17 +114,6 @@ async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture
 def seeded(db: asyncpg.Connection) -> SeededQueue:
     return SeededQueue(db)
-
-
-async def start_app(dsn: str, **env: Any) -> tuple[AppClient, Any]:
-    settings = load_settings(**settings_env(**env))
-    app = create_app(settings, dsn=dsn)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
-    )
-    return AppClient(app, client, settings.worker_token), lifespan
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from .routes_health import router as health_router
 from .routes_queue import router as queue_router
 from .routes_ui import router as ui_router
 from .session import session_signer
+from .worker_fast_path import WorkerFastPath
 
 log = logging.getLogger("activity_core")
 
@@ -62,9 +63,16 @@ async def open_pool(settings: ActivityCoreSettings, dsn: str) -> asyncpg.Pool:
 
 
 def create_app(
-    settings: ActivityCoreSettings, *, dsn: str, auth: Authenticator | None = None
+    settings: ActivityCoreSettings,
+    *,
+    dsn: str,
+    auth: Authenticator | None = None,
+    worker_fast_path: bool = True,
 ) -> FastAPI:
-    """Raises CredentialsFileError when no `auth` is given and the credentials file is bad."""
+    """Raises CredentialsFileError when no `auth` is given and the credentials file is bad.
+
+    `worker_fast_path=False` serves every request through the FastAPI routes (the test
+    that holds both doors to identical answers runs both)."""
     authenticator = auth if auth is not None else build_authenticator(settings)
     metrics = QueueMetrics()
 
@@ -92,6 +100,9 @@ def create_app(
         version="0.1.0",
         summary="Claimable, leased, auditable ops runs for scheduled automations.",
         lifespan=lifespan,
+        # FastAPI's native OpenTelemetry hooks look up the global providers (environment
+        # reads) on every request; this service exports Prometheus metrics, not OTel.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.auth = authenticator
@@ -104,4 +115,7 @@ def create_app(
     app.include_router(ui_router)
     app.include_router(health_router)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
+    if worker_fast_path:
+        # Added last, so it sees a request first: valid worker requests stop there.
+        app.add_middleware(WorkerFastPath, max_bytes=settings.max_body_bytes)
     return app

@@ -19,7 +19,7 @@ from .responses import error_response
 MAX_JSON_DEPTH = 64
 
 
-class _Rejected(Exception):
+class BodyRejected(Exception):
     def __init__(self, status: int, code: str, detail: str) -> None:
         self.status, self.code, self.detail = status, code, detail
 
@@ -40,17 +40,20 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-def check_json_body(body: bytes) -> None:
+def parse_strict_json(body: bytes) -> Any:
+    """The body's JSON value; BodyRejected (422) for anything that is not finite JSON
+    nested at most MAX_JSON_DEPTH deep."""
     try:
         value = json.loads(body, parse_constant=_refuse_constant)
     except RecursionError:
-        raise _Rejected(422, "invalid_request", "the JSON body is nested too deeply") from None
+        raise BodyRejected(422, "invalid_request", "the JSON body is nested too deeply") from None
     except ValueError as exc:
-        raise _Rejected(422, "invalid_request", f"the body is not valid JSON: {exc}") from None
+        raise BodyRejected(422, "invalid_request", f"the body is not valid JSON: {exc}") from None
     if _too_deep(value, MAX_JSON_DEPTH):
-        raise _Rejected(
+        raise BodyRejected(
             422, "invalid_request", f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
         )
+    return value
 
 
 class StrictJsonBody:
@@ -67,8 +70,8 @@ class StrictJsonBody:
         try:
             body = await self._read(receive)
             if body.strip() and "application/x-www-form-urlencoded" not in content_type:
-                check_json_body(body)
-        except _Rejected as rejected:
+                parse_strict_json(body)
+        except BodyRejected as rejected:
             if "app" in scope:
                 count_refusal(scope["app"], rejected.code)
             response = error_response(rejected.status, rejected.code, rejected.detail)
@@ -96,7 +99,7 @@ class StrictJsonBody:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                raise _Rejected(
+                raise BodyRejected(
                     413, "request_too_large", f"the body exceeds {self.max_bytes} bytes"
                 )
             chunks.append(chunk)

@@ -94,7 +94,7 @@ class WorkerCall:
         return self.auth.require_worker(self.token, body_worker_id)
 
 
-async def _worker_call(request: Request) -> WorkerCall:
+def worker_call(request: Request) -> WorkerCall:
     state = request.app.state
     settings: ActivityCoreSettings = state.settings
     return WorkerCall(
@@ -103,6 +103,10 @@ async def _worker_call(request: Request) -> WorkerCall:
         token=worker_token_of(request),
         default_lease_seconds=settings.lease_seconds,
     )
+
+
+async def _worker_call(request: Request) -> WorkerCall:
+    return worker_call(request)
 
 
 Queue = Annotated[QueueService, Depends(_queue)]

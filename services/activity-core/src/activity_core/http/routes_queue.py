@@ -1,4 +1,9 @@
-"""The claim queue endpoints (/ops-runs). Edge only: parse, authenticate, call the service."""
+"""The claim queue endpoints (/ops-runs). Edge only: parse, authenticate, call the service.
+
+The worker endpoints' bodies are in worker_ops.py, shared with the fast path that answers
+valid worker requests without the framework (worker_fast_path.py). These routes stay the
+documented interface and answer everything the fast path hands on.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from ops_contracts import (
 )
 from ops_contracts.queue import Label
 
-from ..queue.service import ClaimSpec, ListFilter
+from ..queue.service import ListFilter
+from . import worker_ops
 from .deps import Auth, OperatorToken, Queue, Worker
 
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
@@ -85,18 +91,7 @@ async def list_runs(
 
 @router.post("/claim", response_model=ClaimResponse, responses=_WORKER_ERRORS)
 async def claim(body: ClaimRequest, call: Worker) -> dict[str, Any]:
-    worker_id = call.worker_id(body.worker_id)
-    runs = await call.queue.claim(
-        ClaimSpec(
-            worker_id=worker_id,
-            labels=body.labels,
-            labels_mode=body.labels_mode,
-            limit=body.limit,
-            lease_seconds=body.lease_seconds or call.default_lease_seconds,
-            wait_seconds=body.wait_seconds,
-        )
-    )
-    return {"runs": runs}
+    return await worker_ops.claim(call, None, body)
 
 
 @router.post(
@@ -122,22 +117,14 @@ async def get_run(
 
 @router.post("/{run_id}/heartbeat", response_model=OpsRun, responses=_WORKER_ERRORS)
 async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> dict[str, Any]:
-    worker_id = call.worker_id(body.worker_id)
-    lease_seconds = body.lease_seconds or call.default_lease_seconds
-    return await call.queue.heartbeat(run_id, worker_id, lease_seconds)
+    return await worker_ops.heartbeat(call, run_id, body)
 
 
 @router.post("/{run_id}/complete", response_model=CloseResponse, responses=_WORKER_ERRORS)
 async def complete(run_id: uuid.UUID, body: CompleteRequest, call: Worker) -> dict[str, Any]:
-    worker_id = call.worker_id(body.worker_id)
-    run, disposition = await call.queue.complete(run_id, worker_id, body.result)
-    return {**run, "close_disposition": disposition}
+    return await worker_ops.complete(call, run_id, body)
 
 
 @router.post("/{run_id}/fail", response_model=CloseResponse, responses=_WORKER_ERRORS)
 async def fail(run_id: uuid.UUID, body: FailRequest, call: Worker) -> dict[str, Any]:
-    worker_id = call.worker_id(body.worker_id)
-    run, disposition = await call.queue.fail(
-        run_id, worker_id, body.error, reopen=body.reopen, raw_result=body.result
-    )
-    return {**run, "close_disposition": disposition}
+    return await worker_ops.fail(call, run_id, body)
