@@ -11,6 +11,7 @@ row differently, fails here.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -133,11 +134,17 @@ def masked(value: Any) -> Any:
     return value
 
 
+_NOW_VALUE = re.compile(rb'"(?:' + "|".join(NOW_FIELDS).encode() + rb')":"[^"]*"')
+
+
+def _digits_masked(match: re.Match[bytes]) -> bytes:
+    return re.sub(rb"[0-9]", b"0", match.group(0))
+
+
 def comparable(response: httpx.Response) -> tuple[Any, ...]:
-    try:
-        body: Any = masked(response.json())
-    except ValueError:
-        body = response.content
+    """Status, headers and the exact body bytes (key order included), the digits of the
+    values of now() masked: their format must match too."""
+    body = _NOW_VALUE.sub(_digits_masked, response.content)
     headers = {k: v for k, v in response.headers.items() if k != "content-length"}
     return response.status_code, headers, body
 
@@ -162,9 +169,6 @@ async def test_both_doors_answer_and_write_alike(db_dsn: str, twin_db_dsn: str) 
         for s in SEQUENCE:
             a, b = await send(fast.http, s), await send(routed.http, s)
             assert comparable(a) == comparable(b), f"{s[0]} {s[1]!r:.80}"
-            # Same length too, unless a now() value is in the body (its precision varies).
-            if not any(f'"{f}":"' in a.text for f in NOW_FIELDS):
-                assert len(a.content) == len(b.content), s[0]
             statuses.add(a.status_code)
         # The sequence reached every kind of answer, so the comparison covered them all.
         assert statuses == {200, 401, 403, 404, 409, 413, 422}
