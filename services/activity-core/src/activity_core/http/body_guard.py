@@ -56,6 +56,21 @@ def parse_strict_json(body: bytes) -> Any:
     return value
 
 
+def replaying(body: bytes, receive: Receive, *, more_body: bool) -> Receive:
+    """A receive channel that yields the already-read body once, then the original's
+    messages (the rest of an unfinished body, a disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": more_body}
+        return await receive()
+
+    return replay
+
+
 class StrictJsonBody:
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -78,16 +93,7 @@ class StrictJsonBody:
             await response(scope, receive, send)
             return
 
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive, more_body=False), send)
 
     async def _read(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []

@@ -30,9 +30,9 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .body_guard import BodyRejected, parse_strict_json
+from .body_guard import BodyRejected, parse_strict_json, replaying
 from .deps import worker_call
 from .worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
 
@@ -87,21 +87,6 @@ def exception_handler(app: Any, exc: Exception) -> Handler | None:
     return None
 
 
-def _replay(body: bytes, receive: Receive, *, more_body: bool) -> Receive:
-    """A receive channel that yields the already-read body once, then the original's
-    messages (the rest of an unfinished body, a disconnect)."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": more_body}
-        return await receive()
-
-    return replay
-
-
 class WorkerFastPath:
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -123,7 +108,7 @@ class WorkerFastPath:
             await self.app(scope, receive, send)
             return
         body, complete = await self._read(receive)
-        replay = _replay(body, receive, more_body=not complete)
+        replay = replaying(body, receive, more_body=not complete)
         parsed = self._valid_body(endpoint, body) if complete else None
         if parsed is None:
             await self.app(scope, replay, send)
