@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 from ac_testkit import AppClient, SeededQueue
-from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME
+from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME, OpenRunSignal
 
 
 async def test_a_waiting_claim_wakes_when_a_run_is_emitted(
@@ -117,3 +118,18 @@ async def test_shutdown_drain_ends_waiting_claims_with_an_empty_answer(
     quick = time.monotonic()
     assert (await api.claim(wait_seconds=15)).json() == {"runs": []}
     assert time.monotonic() - quick < 3
+
+
+async def test_start_does_not_wait_out_the_first_listen_when_the_database_is_down() -> None:
+    """With the database down the first LISTEN fails at once; start-up goes on then (the
+    process answers /healthz), rather than after the first-listen timeout."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    signal = OpenRunSignal(
+        f"postgresql://postgres@127.0.0.1:{port}/none", first_listen_timeout=3600
+    )
+    try:
+        await asyncio.wait_for(signal.start(), 60)
+    finally:
+        await signal.stop()

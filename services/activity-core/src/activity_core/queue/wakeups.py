@@ -46,12 +46,15 @@ class WakeToken:
 
 
 class OpenRunSignal:
-    def __init__(self, dsn: str, *, reconnect_delay: float = 1.0) -> None:
+    def __init__(
+        self, dsn: str, *, reconnect_delay: float = 1.0, first_listen_timeout: float = 5.0
+    ) -> None:
         self._dsn = dsn
         self._reconnect_delay = reconnect_delay
+        self._first_listen_timeout = first_listen_timeout
         self._token = WakeToken()
         self._task: asyncio.Task[None] | None = None
-        self._listening = asyncio.Event()
+        self._first_attempt_done = asyncio.Event()
         self._draining = False
 
     def token(self) -> WakeToken:
@@ -72,9 +75,11 @@ class OpenRunSignal:
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ops-runs-listener")
-        # Give the first LISTEN a moment so early claimers are covered; never block start-up.
+        # Give the first LISTEN a moment so early claimers are covered; never block start-up,
+        # and stop waiting once the first attempt has failed (the database is down: the
+        # process should answer /healthz now, not after the timeout).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), 5)
+            await asyncio.wait_for(self._first_attempt_done.wait(), self._first_listen_timeout)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -96,7 +101,7 @@ class OpenRunSignal:
                 lost = asyncio.Event()
                 conn.add_termination_listener(_set_when_called(lost))
                 await conn.add_listener(CHANNEL, self._on_notify)
-                self._listening.set()
+                self._first_attempt_done.set()
                 # Anything opened while we were not listening: let waiters look again.
                 self.wake_all()
                 await lost.wait()
@@ -108,5 +113,6 @@ class OpenRunSignal:
                 raise
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("listener cannot connect: %s", type(exc).__name__)
+            self._first_attempt_done.set()
             self.wake_all()
             await asyncio.sleep(self._reconnect_delay)
