@@ -222,6 +222,7 @@ async def test_runs_are_newest_first_with_keyset_pages(
     )
     assert forged.status_code == 422
     assert forged.json()["code"] == "invalid_request"
+    assert [e["loc"] for e in forged.json()["errors"]] == [["query", "cursor"]]
 
 
 async def test_run_detail_exposes_artefacts_and_compact_evidence(

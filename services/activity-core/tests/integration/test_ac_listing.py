@@ -57,7 +57,9 @@ async def test_a_forged_cursor_is_invalid_request(api: AppClient) -> None:
         "/ops-runs", params={"cursor": "not-a-cursor!"}, headers=api.operator_headers()
     )
     assert response.status_code == 422
-    assert response.json()["code"] == "invalid_request"
+    body = response.json()
+    assert body["code"] == "invalid_request"
+    assert [e["loc"] for e in body["errors"]] == [["query", "cursor"]]
 
 
 async def test_get_one_run(api: AppClient, seeded: SeededQueue) -> None:

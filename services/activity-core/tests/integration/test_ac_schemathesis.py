@@ -98,6 +98,7 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_error_body(
             assert isinstance(body.get("detail"), str), described
             if response.status_code == 422:
                 assert body["code"] == "invalid_request", described
+                assert isinstance(body.get("errors"), list) and body["errors"], described
 
     has_input = any(
         len(part)

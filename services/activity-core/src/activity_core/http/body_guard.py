@@ -89,7 +89,12 @@ class StrictJsonBody:
         except BodyRejected as rejected:
             if "app" in scope:
                 count_refusal(scope["app"], rejected.code)
-            response = error_response(rejected.status, rejected.code, rejected.detail)
+            # A 422 names what was bad, as every invalid_request does: here the body as a
+            # whole (an empty loc), since it is not JSON a field could be found in.
+            errors = None
+            if rejected.code == "invalid_request":
+                errors = [{"loc": [], "msg": rejected.detail, "type": "json_invalid"}]
+            response = error_response(rejected.status, rejected.code, rejected.detail, errors)
             await response(scope, receive, send)
             return
 

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from ops_contracts import REFUSAL_HTTP_STATUS
+from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from ..temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
@@ -52,7 +52,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueRefusal)
     async def _refusal(request: Request, exc: QueueRefusal) -> Response:
         count_refusal(request.app, exc.code.value)
-        return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail)
+        errors = None
+        if exc.code is RefusalCode.invalid_request:
+            errors = [{"loc": list(exc.loc), "msg": exc.detail, "type": "value_error"}]
+        return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:

@@ -96,7 +96,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         return decode_cursor(cursor)
     except InvalidCursor as exc:
-        raise QueueRefusal(RefusalCode.invalid_request, str(exc)) from exc
+        raise QueueRefusal(RefusalCode.invalid_request, str(exc), loc=("query", "cursor")) from exc
 
 
 class QueueService:
