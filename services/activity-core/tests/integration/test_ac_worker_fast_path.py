@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,8 +24,9 @@ from fastapi.routing import APIRoute
 
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, start_app
 from activity_core.db.pool import init_connection
+from activity_core.http.routes_queue import router as queue_router
 from activity_core.http.worker_fast_path import WorkerFastPath, match_worker_path
-from activity_core.http.worker_ops import CLAIM, COMPLETE, FAIL, HEARTBEAT, WorkerEndpoint
+from activity_core.http.worker_ops import CLAIM, COMPLETE, FAIL, HEARTBEAT, WORKER_ENDPOINTS
 from ops_contracts import CloseResponse
 
 # Run ids fixed so both databases hold the same rows and both sequences name them.
@@ -219,7 +221,9 @@ class Inner:
 
 
 @pytest.fixture
-async def behind(api: AppClient, seeded: SeededQueue) -> tuple[httpx.AsyncClient, Inner]:
+async def behind(
+    api: AppClient, seeded: SeededQueue
+) -> AsyncIterator[tuple[httpx.AsyncClient, Inner]]:
     """A client whose requests meet the fast path in front of a recording inner app; the
     scope carries the started app, for its queue and exception handlers."""
     await seeded.runs(3)
@@ -229,9 +233,9 @@ async def behind(api: AppClient, seeded: SeededQueue) -> tuple[httpx.AsyncClient
     async def with_app(scope: Any, receive: Any, send: Any) -> None:
         await fast({**scope, "app": api.app}, receive, send)
 
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=with_app), base_url="http://t"
-    ), inner
+    transport = httpx.ASGITransport(app=with_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        yield client, inner
 
 
 async def test_valid_worker_requests_never_reach_the_routes(
@@ -289,10 +293,7 @@ async def test_anything_not_plainly_valid_is_handed_on_with_its_bytes(
     assert inner.bodies == [body]
 
 
-async def test_a_body_over_the_limit_is_handed_on_whole(
-    app_factory: Any, seeded: SeededQueue
-) -> None:
-    api = await app_factory(ACTIVITY_CORE_MAX_BODY_BYTES=1024)
+async def test_a_body_over_the_limit_is_handed_on_whole(api: AppClient) -> None:
     inner = Inner()
     fast = WorkerFastPath(inner, max_bytes=1024)
     body = json.dumps({"worker_id": WORKER_ID, "error": "e" * 2000}).encode()
@@ -367,20 +368,15 @@ def test_paths_the_fast_path_takes() -> None:
         assert match_worker_path(other) is None, other
 
 
-def test_the_routes_declare_what_the_fast_path_serves(api_app_routes: list[APIRoute]) -> None:
-    """Both doors take the same body model and answer the same response model."""
-    by_name = {route.name: route for route in api_app_routes}
-    endpoints: list[WorkerEndpoint] = [CLAIM, HEARTBEAT, COMPLETE, FAIL]
-    for endpoint in endpoints:
-        route = by_name[endpoint.action]
+def test_the_routes_declare_what_the_fast_path_serves() -> None:
+    """Both doors serve the same paths, take the same body model and answer the same
+    response model."""
+    routes = {r.name: r for r in queue_router.routes if isinstance(r, APIRoute)}
+    for endpoint in WORKER_ENDPOINTS:
+        route = routes[endpoint.action]
+        path = "/ops-runs/claim" if endpoint is CLAIM else f"/ops-runs/{{run_id}}/{endpoint.action}"
+        assert route.path == path
         assert route.methods == {"POST"}
         assert route.response_model is endpoint.response_model
         assert route.body_field is not None
         assert route.body_field.field_info.annotation is endpoint.body_model
-
-
-@pytest.fixture
-def api_app_routes() -> list[APIRoute]:
-    from activity_core.http.routes_queue import router
-
-    return [r for r in router.routes if isinstance(r, APIRoute)]

@@ -67,11 +67,10 @@ def _is_json(content_type: str | None) -> bool:
     return content_type.partition(";")[0].strip().lower() == "application/json"
 
 
-def _declared_length(value: str | None, limit: int) -> int | None:
-    if value is None or not value.isdigit() or len(value) > 12:
-        return None
-    length = int(value)
-    return length if length <= limit else None
+def _declared_within(value: str | None, limit: int) -> bool:
+    """A Content-Length is declared and within the limit (a chunked body has none). The
+    length of the text is bounded first: int() refuses very long digit strings."""
+    return value is not None and value.isdigit() and len(value) <= 12 and int(value) <= limit
 
 
 def exception_handler(app: Any, exc: Exception) -> Handler | None:
@@ -102,8 +101,8 @@ class WorkerFastPath:
         endpoint, run_id = matched
         request = Request(scope, receive)
         headers = request.headers
-        if not _is_json(headers.get("content-type")) or (
-            _declared_length(headers.get("content-length"), self.max_bytes) is None
+        if not _is_json(headers.get("content-type")) or not _declared_within(
+            headers.get("content-length"), self.max_bytes
         ):
             await self.app(scope, receive, send)
             return

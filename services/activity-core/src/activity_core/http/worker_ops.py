@@ -102,5 +102,6 @@ HEARTBEAT = WorkerEndpoint("heartbeat", HeartbeatRequest, OpsRun, heartbeat)
 COMPLETE = WorkerEndpoint("complete", CompleteRequest, CloseResponse, complete)
 FAIL = WorkerEndpoint("fail", FailRequest, CloseResponse, fail)
 
+WORKER_ENDPOINTS: tuple[WorkerEndpoint, ...] = (CLAIM, HEARTBEAT, COMPLETE, FAIL)
 # The run-scoped endpoints by the last segment of their path.
-RUN_ENDPOINTS: dict[str, WorkerEndpoint] = {e.action: e for e in (HEARTBEAT, COMPLETE, FAIL)}
+RUN_ENDPOINTS: dict[str, WorkerEndpoint] = {e.action: e for e in WORKER_ENDPOINTS if e is not CLAIM}
