@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from ..db.pool import create_pool
 from ..queue.metrics import QueueMetrics
 from ..queue.service import QueueService
+from ..queue.vacuum import QueueVacuum
 from ..queue.wakeups import OpenRunSignal
 from ..settings import ActivityCoreSettings
 from ..temporal.client import TemporalClientProvider
@@ -89,9 +90,14 @@ def create_app(
         app.state.queue = QueueService(
             pool, max_attempts=settings.max_attempts, metrics=metrics, signal=signal
         )
+        vacuum = QueueVacuum(
+            pool, dsn, dead_rows_limit=settings.queue_vacuum_dead_rows, metrics=metrics
+        )
+        vacuum.start()
         try:
             yield
         finally:
+            await vacuum.stop()
             await signal.stop()
             await pool.close()
 

@@ -61,6 +61,19 @@ class QueueMetrics:
             registry=self.registry,
         )
 
+        self.dead_rows = Gauge(
+            "ops_runs_dead_rows",
+            "dead row versions in ops_runs at the last look (pg_stat_user_tables)",
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )
+        self.vacuums = Counter(
+            "ops_runs_vacuums",
+            "VACUUMs of ops_runs this service ran, by outcome (vacuumed, held, busy)",
+            ["outcome"],
+            registry=self.registry,
+        )
+
     def exposition(self) -> bytes:
         """The text exposition: this app's registry, or every worker's under multiprocess."""
         directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -195,3 +195,36 @@ RETURNING r.id, r.state, stale.claim_owner
 """
 
 COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"
+
+# -- the queue table's own upkeep (queue/vacuum.py) -----------------------------------------
+
+# What decides whether vacuuming ops_runs ourselves is needed and allowed. to_regclass: no
+# row before the schema exists. A table's owner (or a member of the owning role) and a
+# superuser may VACUUM it; from PostgreSQL 17 so may a holder of MAINTAIN (the CASE keeps
+# the privilege name away from older servers, which would refuse it).
+VACUUM_FACTS = """
+SELECT current_setting('autovacuum')::bool AS server_autovacuum,
+       current_setting('track_counts')::bool AS track_counts,
+       coalesce(
+           (SELECT option_value::bool FROM pg_options_to_table(c.reloptions)
+            WHERE option_name = 'autovacuum_enabled'),
+           true
+       ) AS table_autovacuum,
+       pg_has_role(current_user, c.relowner, 'MEMBER')
+           OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+           OR CASE WHEN current_setting('server_version_num')::int >= 170000
+                   THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+           AS may_vacuum
+FROM pg_class c
+WHERE c.oid = to_regclass('ops_runs')
+"""
+
+# The cumulative statistics system's count; backends report theirs about once a second.
+DEAD_ROWS = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('ops_runs')"
+
+# SKIP_LOCKED: a vacuum already running on the table (autovacuum's, another replica's) is
+# enough; never queue behind it. INDEX_CLEANUP ON: the index entries are the point, and from
+# PostgreSQL 14 the default skips index vacuuming when few heap pages hold dead rows, which
+# is exactly a queue whose dead rows sit together at its head. TRUNCATE OFF: cutting empty
+# pages off the table's end takes an ACCESS EXCLUSIVE lock that would stall every claim.
+VACUUM_OPS_RUNS = "VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) ops_runs"
