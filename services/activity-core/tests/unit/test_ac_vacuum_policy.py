@@ -57,9 +57,17 @@ def test_track_counts_off_blinds_both_vacuums() -> None:
 
 @pytest.mark.parametrize(
     ("before", "after", "held"),
-    [(10_000, 0, False), (10_000, 4_999, False), (10_000, 5_000, True), (10_000, 12_000, True)],
+    [
+        (10_000, 0, False),
+        (10_000, 6_000, False),  # a slow VACUUM of a busy table: rows died while it ran
+        (10_000, 8_999, False),
+        (10_000, 9_000, True),
+        (10_000, 12_000, True),  # nothing removed, and more died meanwhile
+    ],
 )
-def test_a_vacuum_that_left_half_or_more_was_held(before: int, after: int, held: bool) -> None:
+def test_a_vacuum_that_left_nearly_all_it_found_was_held(
+    before: int, after: int, held: bool
+) -> None:
     assert vacuum_held(before, after) is held
 
 
