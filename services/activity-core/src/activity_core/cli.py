@@ -10,10 +10,12 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import asyncpg
 
@@ -22,6 +24,9 @@ from .logs import configure_logging
 from .settings import ActivityCoreSettings, SettingsError, load_settings
 
 log = logging.getLogger("activity_core.cli")
+
+# temporalio's Rust core; loaded once a command has opened a Temporal client.
+TEMPORAL_BRIDGE_MODULE = "temporalio.bridge.temporal_sdk_bridge"
 
 
 class CommandError(Exception):
@@ -167,3 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def console_main() -> NoReturn:
+    """The `activity-core` console script: run the command, then end the process.
+
+    temporalio's Rust core keeps threads that may call into Python while the interpreter
+    finalizes, and then CPython aborts a command that has already finished ("Fatal Python
+    error: PyGILState_Release: thread state ... must be current when releasing", SIGABRT;
+    temporalio/sdk-python issue 300). Seen here: `sync-definitions` printed its summary and
+    died with -6, failing the demo. Every command closes what it opened (pools, the
+    embedded PostgreSQL handle, a dev server it started) before `main` returns, so once the
+    bridge is loaded the process ends with the command's code and no interpreter teardown.
+    Tests call `main` in-process; only the installed script exits this way.
+    """
+    code = main()
+    if TEMPORAL_BRIDGE_MODULE in sys.modules:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

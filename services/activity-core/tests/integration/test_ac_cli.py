@@ -7,9 +7,11 @@ before logging or the database are touched.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
+import types
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -195,3 +197,65 @@ def test_a_bad_setting_is_exit_2_and_one_line_naming_the_variable(
         if "token" in value or PASSWORD in value:
             assert value not in captured.err
     assert PASSWORD not in captured.err
+
+
+# -- the console script's exit (temporalio/sdk-python issue 300) ----------------------------
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_once_temporal_was_loaded_the_script_ends_without_interpreter_teardown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise _Exited
+
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    monkeypatch.setitem(sys.modules, cli.TEMPORAL_BRIDGE_MODULE, types.ModuleType("bridge"))
+    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    with pytest.raises(_Exited):
+        cli.console_main()
+    assert exits == [3]
+
+
+def test_without_temporal_the_script_exits_the_ordinary_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "main", lambda: 4)
+    monkeypatch.delitem(sys.modules, cli.TEMPORAL_BRIDGE_MODULE, raising=False)
+    monkeypatch.setattr(cli.os, "_exit", lambda code: pytest.fail(f"os._exit({code})"))
+    with pytest.raises(SystemExit) as exited:
+        cli.console_main()
+    assert exited.value.code == 4
+
+
+async def test_output_survives_the_exit_without_teardown_into_a_pipe(db_dsn: str) -> None:
+    # stdout into a pipe is block-buffered: os._exit without a flush would drop this line.
+    env = clean_env(ACTIVITY_CORE_DATABASE_URL=db_dsn)
+    env.pop("PYTHONUNBUFFERED", None)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import {cli.TEMPORAL_BRIDGE_MODULE}; "
+            "from activity_core.cli import console_main; console_main()",
+            "migrate",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "migrations applied: none (schema current)" in completed.stdout
+
+
+def test_the_installed_script_is_console_main() -> None:
+    scripts = importlib.metadata.entry_points(group="console_scripts", name="activity-core")
+    assert [script.value for script in scripts] == ["activity_core.cli:console_main"]

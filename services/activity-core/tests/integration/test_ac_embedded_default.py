@@ -9,7 +9,7 @@ from pathlib import Path
 
 from activity_core.db.migrate import bundled_migrations
 
-ENTRY = "from activity_core.cli import main; raise SystemExit(main())"
+ENTRY = "from activity_core.cli import console_main; console_main()"
 
 
 def run_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -19,7 +19,7 @@ def run_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-c",
-            "from activity_core.cli import main; raise SystemExit(main())",
+            "from activity_core.cli import console_main; console_main()",
             *args,
         ],
         env=env,

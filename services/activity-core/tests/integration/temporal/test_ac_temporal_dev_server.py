@@ -30,7 +30,7 @@ from activity_core.temporal.fire import manual_trigger_key
 from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier
 
-ENTRY = "from activity_core.cli import main; raise SystemExit(main())"
+ENTRY = "from activity_core.cli import console_main; console_main()"
 
 
 def test_a_dev_server_keeps_its_files_in_its_directory_and_stops(tmp_path: Path) -> None:
