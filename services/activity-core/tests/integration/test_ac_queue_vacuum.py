@@ -67,6 +67,13 @@ async def flush_stats(db: asyncpg.Connection) -> None:
     await db.execute("SELECT 1")
 
 
+async def churn(db: asyncpg.Connection, seeded: SeededQueue, *, runs: int, claimed: int) -> None:
+    """Seed `runs` open runs, claim the first `claimed`, and have their dead rows counted."""
+    await seed_open_runs(db, seeded, runs)
+    await claim_head(db, claimed)
+    await flush_stats(db)
+
+
 async def table_stats(db: asyncpg.Connection) -> asyncpg.Record:
     row = await db.fetchrow(
         "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relname = 'ops_runs'"
@@ -114,9 +121,7 @@ def sample(metrics: QueueMetrics, name: str, **labels: str) -> float | None:
 async def test_below_the_limit_nothing_is_vacuumed(
     db: asyncpg.Connection, seeded: SeededQueue, pool: asyncpg.Pool, db_dsn: str
 ) -> None:
-    await seed_open_runs(db, seeded, 200)
-    await claim_head(db, 50)
-    await flush_stats(db)
+    await churn(db, seeded, runs=200, claimed=50)
     vacuum, metrics = vacuum_for(pool, db_dsn)
 
     assert await vacuum.check() is CheckOutcome.BELOW_LIMIT
@@ -191,9 +196,7 @@ async def test_an_older_open_transaction_holds_the_dead_rows_and_says_so(
 async def test_a_vacuum_already_running_is_left_to_finish_never_waited_for(
     db: asyncpg.Connection, seeded: SeededQueue, pool: asyncpg.Pool, db_dsn: str
 ) -> None:
-    await seed_open_runs(db, seeded, 3_000)
-    await claim_head(db, 2_000)
-    await flush_stats(db)
+    await churn(db, seeded, runs=3_000, claimed=2_000)
     holder = await asyncpg.connect(db_dsn)
     try:
         # The lock a running VACUUM (autovacuum's or another replica's) holds on the table.
@@ -215,9 +218,7 @@ async def test_a_role_that_may_not_vacuum_the_table_stops_looking_and_says_why(
     db_dsn: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await seed_open_runs(db, seeded, 3_000)
-    await claim_head(db, 2_000)
-    await flush_stats(db)
+    await churn(db, seeded, runs=3_000, claimed=2_000)
     role = f"ac_vacuum_{uuid.uuid4().hex[:10]}"
     await db.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
@@ -251,9 +252,7 @@ async def test_an_unmigrated_database_is_not_ready_and_nothing_breaks(empty_dsn:
 async def test_a_limit_of_zero_leaves_the_table_to_autovacuum(
     db: asyncpg.Connection, seeded: SeededQueue, pool: asyncpg.Pool, db_dsn: str
 ) -> None:
-    await seed_open_runs(db, seeded, 3_000)
-    await claim_head(db, 2_000)
-    await flush_stats(db)
+    await churn(db, seeded, runs=3_000, claimed=2_000)
     vacuum, _ = vacuum_for(pool, db_dsn, dead_rows_limit=0)
 
     assert await vacuum.check() is CheckOutcome.OFF
@@ -289,9 +288,7 @@ async def test_the_running_loop_vacuums_once_the_limit_is_passed(
 async def test_the_app_runs_the_loop_with_its_setting_and_reports_dead_rows(
     db: asyncpg.Connection, seeded: SeededQueue, db_dsn: str
 ) -> None:
-    await seed_open_runs(db, seeded, 200)
-    await claim_head(db, 30)
-    await flush_stats(db)
+    await churn(db, seeded, runs=200, claimed=30)
     client, lifespan = await start_app(db_dsn, ACTIVITY_CORE_QUEUE_VACUUM_DEAD_ROWS=50_000)
     try:
         response = None
@@ -305,3 +302,31 @@ async def test_the_app_runs_the_loop_with_its_setting_and_reports_dead_rows(
     finally:
         await client.http.aclose()
         await lifespan.__aexit__(None, None, None)
+
+
+async def test_a_fault_in_a_check_is_logged_and_the_loop_goes_on(
+    pool: asyncpg.Pool, db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    vacuum, _ = vacuum_for(pool, db_dsn, check_every=0.01, backoff_max=0.02)
+    calls = 0
+    real_check = vacuum.check
+
+    async def faulty_then_real() -> CheckOutcome:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in a check")
+        return await real_check()
+
+    vacuum.check = faulty_then_real  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="activity_core.vacuum"):
+        vacuum.start()
+        try:
+            for _ in range(200):
+                if calls >= 3:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await vacuum.stop()
+    assert calls >= 3
+    assert [r.getMessage() for r in caplog.records] == ["vacuum check failed"]

@@ -153,6 +153,11 @@ class QueueVacuum:
                 # The queue's own requests report an outage; this loop just looks again.
                 log.debug("vacuum check failed: %s", type(exc).__name__)
                 outcome = CheckOutcome.NOT_READY
+            except Exception:
+                # A fault here must neither end the upkeep nor fill the log every few
+                # seconds: say it, then wait as long as after a held VACUUM.
+                log.exception("vacuum check failed")
+                outcome = CheckOutcome.HELD
             if outcome in (CheckOutcome.OFF, CheckOutcome.NOT_PERMITTED):
                 return
             wait = next_wait(outcome, wait, self._check_every, self._backoff_max)
