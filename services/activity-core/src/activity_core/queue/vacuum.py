@@ -25,7 +25,6 @@ import enum
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
@@ -189,12 +188,13 @@ class QueueVacuum:
 
     async def _vacuum(self, dead_before: int) -> CheckOutcome:
         started = time.perf_counter()
-        warnings: list[Any] = []
+        # What the server says while it vacuums (asyncpg hands over WARNING and NOTICE).
+        messages: list[asyncpg.PostgresLogMessage] = []
         conn = await asyncpg.connect(
             self._dsn, server_settings={"application_name": VACUUM_APPLICATION_NAME}
         )
         try:
-            conn.add_log_listener(lambda _conn, message: warnings.append(message))
+            conn.add_log_listener(lambda _conn, message: messages.append(message))
             # No statement timeout: a first VACUUM of a large table may take a while, and
             # it only holds a lock that claims and closes do not conflict with.
             await conn.execute(queries.VACUUM_OPS_RUNS, timeout=None)
@@ -203,12 +203,12 @@ class QueueVacuum:
             await conn.close()
         elapsed = time.perf_counter() - started
         self._metrics.dead_rows.set(dead_after)
-        if any(getattr(w, "sqlstate", None) == _LOCK_NOT_AVAILABLE for w in warnings):
+        if any(m.sqlstate == _LOCK_NOT_AVAILABLE for m in messages):
             log.info("ops_runs is being vacuumed already; leaving it to that VACUUM")
             return CheckOutcome.BUSY
-        for warning in warnings:
+        for message in messages:
             # e.g. "cutoff for removing and freezing tuples is far in the past"
-            log.warning("VACUUM ops_runs: %s", getattr(warning, "message", warning))
+            log.warning("VACUUM ops_runs: %s", message.message)
         if vacuum_held(dead_before, dead_after):
             log.warning(
                 "VACUUM ops_runs removed few dead rows (%d before, %d after, %.2f s): an "
