@@ -1208,16 +1208,24 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
     return setup
 
 
-def serve_command(host: str, port: int, profile: Path | None, workers: int = 1) -> list[str]:
+_SERVE_ENTRY = "import sys; from activity_core.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def serve_command(
+    host: str, port: int, profile: Path | None, workdir: Path, workers: int = 1
+) -> list[str]:
     """`activity-core serve`, under cProfile when asked (the profile is written on exit)."""
     serve = ["serve", "--host", host, "--port", str(port), "--workers", str(workers)]
     script = Path(sys.executable).with_name("activity-core")
     if profile is not None:
-        return [sys.executable, "-m", "cProfile", "-o", str(profile), str(script), *serve]
+        # Not the console script: it ends the process with os._exit once temporalio is
+        # loaded (cli.console_main), before cProfile could write the profile.
+        entry = workdir / "serve_entry.py"
+        entry.write_text(_SERVE_ENTRY + "\n")
+        return [sys.executable, "-m", "cProfile", "-o", str(profile), str(entry), *serve]
     if script.exists():
         return [str(script), *serve]
-    entry = "import sys; from activity_core.cli import main; sys.exit(main(sys.argv[1:]))"
-    return [sys.executable, "-c", entry, *serve]
+    return [sys.executable, "-c", _SERVE_ENTRY, *serve]
 
 
 # Identity and database come from the benchmark; every other ACTIVITY_CORE_* / OPS_RUN_*
@@ -1272,7 +1280,7 @@ async def api_server(
     log_path = workdir / "activity-core.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
-            *serve_command("127.0.0.1", port, profile, api_workers),
+            *serve_command("127.0.0.1", port, profile, workdir, api_workers),
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log_file,
