@@ -1,0 +1,101 @@
+"""The JSON log line: its timestamp, its fields, and what a record no longer collects."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from activity_core import logs
+from activity_core.logs import JsonFormatter, configure_logging
+
+
+@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
+def test_the_timestamp_is_what_datetime_isoformat_writes(created: float) -> None:
+    expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+    assert logs._timestamp(created) == expected
+
+
+@pytest.mark.parametrize(
+    "created",
+    [0.0, 1_764_790_519.9995, 1_764_790_519.9999996, 1_764_790_519.0005, 1_764_790_520.0],
+)
+def test_the_timestamp_rounds_as_datetime_does_at_the_edges(created: float) -> None:
+    expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+    assert logs._timestamp(created) == expected
+
+
+def _record(**extra: object) -> logging.LogRecord:
+    record = logging.LogRecord(
+        "activity_core.queue", logging.INFO, "x.py", 1, "run %s", ("é",), None
+    )
+    record.created = 1_764_790_519.661
+    for key, value in extra.items():
+        setattr(record, key, value)
+    return record
+
+
+def test_a_line_has_the_fields_the_context_keys_and_nothing_else() -> None:
+    line = JsonFormatter().format(
+        _record(run_id="r-1", worker_id="w-1", attempt=2, token="secret", result={"x": 1})
+    )
+    assert json.loads(line) == {
+        "ts": "2025-12-03T19:35:19.661+00:00",
+        "level": "info",
+        "logger": "activity_core.queue",
+        "msg": "run é",
+        "run_id": "r-1",
+        "worker_id": "w-1",
+        "attempt": 2,
+    }
+    assert "é" in line  # UTF-8 as is, not \\u escapes
+    assert "\n" not in line
+
+
+def test_a_value_json_cannot_encode_is_written_as_text_and_an_exception_by_its_class() -> None:
+    try:
+        raise KeyError("boom")
+    except KeyError:
+        record = _record(run_id=datetime(2026, 1, 2, tzinfo=UTC))
+        record.exc_info = sys.exc_info()
+    line = json.loads(JsonFormatter().format(record))
+    assert line["run_id"] == "2026-01-02 00:00:00+00:00"
+    assert line["error_class"] == "KeyError"
+    assert "boom" not in json.dumps(line)
+
+
+@pytest.fixture
+def restored_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, name, getattr(logging, name))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restored_logging")
+def test_configured_records_skip_the_caller_process_and_thread_lookups() -> None:
+    configure_logging("INFO")
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    logging.getLogger().addHandler(Keep())
+    logging.getLogger("activity_core.queue").info("run claimed", extra={"run_id": "r"})
+    [record] = seen
+    # No stack walk for the caller, no getpid, no thread or process-name lookup.
+    assert (record.lineno, record.funcName) == (0, "(unknown function)")
+    assert record.process is None
+    assert record.thread is None
+    assert record.processName is None
+    assert json.loads(JsonFormatter().format(record))["run_id"] == "r"
