@@ -77,11 +77,11 @@ class ProcessFailed(Exception):
 
 
 def free_port(host: str = LOCAL_HOST) -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port nobody is bound to right now, below the OS's ephemeral range (why:
+    activity_core.temporal.dev_server.free_port)."""
+    from activity_core.temporal.dev_server import free_port as chosen_port
+
+    return chosen_port(host)
 
 
 def port_is_open(host: str, port: int, *, timeout: float = 0.2) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,12 +58,51 @@ def is_listening(host: str, port: int, *, timeout: float = 0.2) -> bool:
         return False
 
 
-def free_port(host: str = LOCAL_IP) -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
+# Where a chosen port is looked for: below the range the OS hands out for bind(0) and for
+# outgoing connections (Linux: 32768-60999 unless configured otherwise).
+_CHOSEN_PORTS_LOW = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_low(range_file: Path = _EPHEMERAL_RANGE) -> int | None:
+    """The first port of the OS's ephemeral range; None when it cannot be read."""
+    try:
+        low, _high = range_file.read_text(encoding="ascii").split()
+        return int(low)
+    except (OSError, ValueError):
+        return None
+
+
+def _binds(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = LOCAL_IP, *, tries: int = 64) -> int:
+    """A TCP port nobody is bound to right now, for a server we are about to start.
+
+    Chosen below the ephemeral range where the OS allows it. A port the OS picked (bind
+    to 0) and we released is free again for the OS to hand to anyone who binds to 0, and
+    `temporal server start-dev` does exactly that for its internal services: seen here,
+    one of them took the frontend port we had just chosen, the frontend failed with
+    "address already in use", the port looked open (its own service listened) and the
+    server then died. Ports outside the ephemeral range are never handed out that way.
+    """
+    low = ephemeral_low()
+    if low is not None and low > _CHOSEN_PORTS_LOW + tries:
+        rng = random.SystemRandom()
+        for _ in range(tries):
+            port = rng.randrange(_CHOSEN_PORTS_LOW, low)
+            if _binds(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 @dataclass
