@@ -86,11 +86,11 @@ def free_port(host: str = LOCAL_IP, *, tries: int = 64) -> int:
     """A TCP port nobody is bound to right now, for a server we are about to start.
 
     Chosen below the ephemeral range where the OS allows it. A port the OS picked (bind
-    to 0) and we released is free again for the OS to hand to anyone who binds to 0, and
-    `temporal server start-dev` does exactly that for its internal services: seen here,
-    one of them took the frontend port we had just chosen, the frontend failed with
-    "address already in use", the port looked open (its own service listened) and the
-    server then died. Ports outside the ephemeral range are never handed out that way.
+    to 0) and we released is free again for the OS to hand to anyone who binds to 0, as
+    `temporal server start-dev` does for its internal services. Seen here: its frontend
+    failed with "address already in use" on the port we had just chosen, the port still
+    looked open (most likely one of its own services had been given it) and the server
+    then died. Ports outside the ephemeral range are never handed out that way.
     """
     low = ephemeral_low()
     if low is not None and low > _CHOSEN_PORTS_LOW + tries:
