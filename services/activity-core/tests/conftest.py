@@ -24,7 +24,7 @@ from ac_testkit import (
     start_app,
 )
 from activity_core.db.migrate import migrate
-from activity_core.db.pool import init_connection
+from activity_core.db.pool import create_pool, init_connection
 
 
 def _with_database(dsn: str, name: str) -> str:
@@ -109,6 +109,17 @@ async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    """The service's pool (its JSON codecs) on the test database; room for the
+    concurrency tests' parallel emissions."""
+    pool = await create_pool(db_dsn, min_size=1, max_size=12)
+    try:
+        yield pool
+    finally:
+        await pool.close()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,22 +16,12 @@ import pytest
 from ac_definitions import RecordingApplier, definition_doc, spec_of, write_doc
 
 from activity_core import cli, cli_definitions
-from activity_core.db.pool import create_pool
 from activity_core.definitions.model import definition_uuid
 from activity_core.definitions.sync import ScheduleApplyError, sync_definitions
 from activity_core.settings import load_settings
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "definitions"
 EXECUTABLE = Path(sys.executable).with_name("activity-core")
-
-
-@pytest.fixture
-async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(db_dsn, min_size=1, max_size=4)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def rows(db: asyncpg.Connection) -> dict[str, asyncpg.Record]:

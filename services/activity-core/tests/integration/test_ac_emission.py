@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +16,6 @@ import respx
 from ac_definitions import GRANT, RecordingApplier, definition_doc, spec_of
 
 from ac_testkit import AppClient
-from activity_core.db.pool import create_pool
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions
 from activity_core.emission.emit import (
@@ -57,15 +55,6 @@ class FakeSink:
 
     async def aclose(self) -> None:
         return None
-
-
-@pytest.fixture
-async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(db_dsn, min_size=1, max_size=12)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def synced(pool: asyncpg.Pool, *docs: dict[str, Any]) -> list[ActivityDefinitionSpec]:

@@ -11,7 +11,6 @@ import json
 import logging
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -28,15 +27,6 @@ from activity_core.queue.vacuum import (
 )
 
 LIMIT = 1_000
-
-
-@pytest.fixture
-async def pool(db_dsn: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(db_dsn, min_size=1, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
 
 
 async def seed_open_runs(db: asyncpg.Connection, seeded: SeededQueue, n: int) -> None:

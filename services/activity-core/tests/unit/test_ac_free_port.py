@@ -45,8 +45,9 @@ def test_a_port_someone_holds_is_not_chosen(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_without_room_below_the_range_the_os_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The OS picks from its ephemeral range: where that can be read, the port lies in it.
+    real_low = ephemeral_low() or 1
     monkeypatch.setattr(dev_server, "ephemeral_low", lambda: None)
-    port = free_port()
-    assert port > 0
+    assert free_port() >= real_low
     monkeypatch.setattr(dev_server, "ephemeral_low", lambda: 1024)
-    assert free_port() > 0
+    assert free_port() >= real_low
