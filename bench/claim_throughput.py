@@ -8,7 +8,9 @@ Ctrl-C or SIGTERM), and these figures:
 (a) the raw-SQL ceiling: claim-one + complete-one cycles/s over 8 asyncpg connections with
     ``synchronous_commit`` on, using the real schema and the statements of queue/queries.py
     as queue/service.py runs them, autocommit (claim: CLAIM_UNLESS_STALE, with
-    RECLAIM_STALE + CLAIM after an empty answer; complete: CLOSE_LEASED_UNGRANTED).
+    RECLAIM_STALE + CLAIM after an empty answer; complete: CLOSE_LEASED_UNGRANTED), each
+    connection claiming for itself (the API coalesces concurrent claims into one statement,
+    queue/coalesce.py; the ceiling is the issue's claim-one cycle and does not).
     Measured twice (first and late in the run); the higher figure is the ceiling. A
     minimal queue table (id, state, priority, created_at, one partial index) is measured
     too, so the cost of the real schema shows;
@@ -594,7 +596,10 @@ class RawSqlCycle:
         self._digest = intent_digest(worker_id)
 
     async def claim(self) -> list[str]:
-        # Autocommit statements, exactly as QueueService._claim_once runs them.
+        # Autocommit statements, exactly as QueueService runs a claim that arrives alone.
+        # The service serves claims that arrive together with one statement
+        # (CLAIM_MANY_UNLESS_STALE); the ceiling is the claim-one cycle per
+        # connection, so it does not.
         args = (self._worker_id, LEASE_SECONDS, self._limit, "none", [])
         rows = await self._conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
         if not rows:

@@ -84,6 +84,9 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     async with db.transaction():
         plan = await _plan(db, queries.CLAIM, "w", 60, 1, "none", [])
         guarded = await _plan(db, queries.CLAIM_UNLESS_STALE, "w", 60, 1, "none", [])
+        coalesced = await _plan(
+            db, queries.CLAIM_MANY_UNLESS_STALE, ["w1", "w2"], [60, 60], 2, "none", []
+        )
         stale = await _plan(db, queries.RECLAIM_STALE, 3)
     assert "ops_runs_open_claim_order" in plan
     assert "Seq Scan" not in plan
@@ -93,6 +96,10 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     assert "ops_runs_open_claim_order" in guarded and "ops_runs_claimed_lease" in guarded
     assert '"Subplan Name": "InitPlan' in guarded
     assert "Seq Scan" not in guarded
+    # claims that arrived together: the same index head, probe and stopping scan
+    assert "ops_runs_open_claim_order" in coalesced and "ops_runs_claimed_lease" in coalesced
+    assert '"Subplan Name": "InitPlan' in coalesced
+    assert "Seq Scan" not in coalesced
     assert "ops_runs_claimed_lease" in stale
     assert "Seq Scan" not in stale
     # the operator listing by state reads an index for every state, history included

@@ -88,7 +88,11 @@ def create_app(
         # connects on the first manual fire, so the queue API starts while Temporal is down
         app.state.temporal = TemporalClientProvider(settings)
         app.state.queue = QueueService(
-            pool, max_attempts=settings.max_attempts, metrics=metrics, signal=signal
+            pool,
+            max_attempts=settings.max_attempts,
+            metrics=metrics,
+            signal=signal,
+            claim_batch_max=settings.claim_batch_max,
         )
         vacuum = QueueVacuum(
             pool, dsn, dead_rows_limit=settings.queue_vacuum_dead_rows, metrics=metrics

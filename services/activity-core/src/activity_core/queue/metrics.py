@@ -54,6 +54,12 @@ class QueueMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.claims_per_statement = Histogram(
+            "ops_run_claims_per_statement",
+            "claims served by one leasing statement (concurrent claims are coalesced)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 100),
+            registry=self.registry,
+        )
         self.leases_ended = Counter(
             "ops_run_leases_ended",
             "stale leases ended, by outcome (reopened or expired)",

@@ -54,24 +54,28 @@ WHERE r.id = stale.id
 RETURNING r.id, r.state, stale.claim_owner
 """
 
-# The claim itself: pick open rows in claim order (high -> low priority, then oldest),
-# skipping rows locked by concurrent claimers, and lease them in the same statement.
-# The ORDER BY matches ops_runs_open_claim_order, so the scan stops after $limit rows.
-# $1 worker, $2 lease seconds, $3 limit, $4 labels mode ('none' | 'any' | 'all'), $5 labels
-_CLAIM_TEMPLATE = f"""
-WITH picked AS (
-    SELECT id
+# What a claim may pick: open rows matching the labels, in claim order (high -> low
+# priority, then oldest), skipping rows locked by concurrent claimers. The ORDER BY matches
+# ops_runs_open_claim_order, so the scan stops after LIMIT rows. {guard} is empty or the
+# stale probe below; $4 labels mode ('none' | 'any' | 'all'), $5 labels.
+_CLAIMABLE = """
     FROM ops_runs
-    WHERE state = 'open'{{guard}}
+    WHERE state = 'open'{guard}
       AND CASE $4::text
             WHEN 'any' THEN labels ?| $5::text[]
             WHEN 'all' THEN labels @> to_jsonb($5::text[])
             ELSE true
           END
     ORDER BY priority_rank, created_at, id
-    LIMIT $3
+    LIMIT {limit}
     FOR NO KEY UPDATE SKIP LOCKED
-)
+"""
+
+# The claim itself: pick and lease in the same statement.
+# $1 worker, $2 lease seconds, $3 limit, $4 labels mode, $5 labels
+_CLAIM_TEMPLATE = f"""
+WITH picked AS (
+    SELECT id{_CLAIMABLE.format(guard="{guard}", limit="$3")})
 UPDATE ops_runs AS r
 SET state = 'claimed',
     claim_owner = $1,
@@ -83,23 +87,58 @@ WHERE r.id = picked.id
 RETURNING {_qualified("r")}
 """
 
-# Run right after RECLAIM_STALE, in a fresh snapshot that sees the rows it reopened.
-CLAIM = _CLAIM_TEMPLATE.format(guard="")
+# Claims that arrived together (queue/coalesce.py) in one statement: claimer n (1-based,
+# in arrival order) gets the n-th group of $3 rows in claim order, so each claimer gets
+# what it would have got alone, one after another. RETURNING names the claimer and the
+# row's place in claim order.
+# $1 workers, $2 their lease seconds, $3 limit per claimer, $4 labels mode, $5 labels
+_CLAIM_MANY_TEMPLATE = f"""
+WITH claimers AS (
+    SELECT c.worker_id, c.lease_seconds, c.n
+    FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS c(worker_id, lease_seconds, n)
+),
+picked AS (
+    SELECT p.id, row_number() OVER (ORDER BY p.priority_rank, p.created_at, p.id) AS k
+    FROM (
+        SELECT id, priority_rank, created_at{
+    _CLAIMABLE.format(guard="{guard}", limit="$3::int * cardinality($1::text[])")
+}
+    ) AS p
+)
+UPDATE ops_runs AS r
+SET state = 'claimed',
+    claim_owner = c.worker_id,
+    lease_until = now() + make_interval(secs => c.lease_seconds),
+    attempt = r.attempt + 1,
+    updated_at = now()
+FROM picked
+JOIN claimers AS c ON c.n = (picked.k - 1) / $3::int + 1
+WHERE r.id = picked.id
+RETURNING c.n AS claimer, picked.k AS claim_rank, {_qualified("r")}
+"""
 
-# The common claim in one round trip: it selects only when its snapshot holds no stale
-# claim (one probe, evaluated once per statement), so stale claims are still reopened
-# before any select; an empty answer sends the service through RECLAIM_STALE and CLAIM.
+# The stale probe: a claim selects only when its snapshot holds no stale claim (one
+# probe, evaluated once per statement), so stale claims are still reopened before any
+# select; an empty answer sends the service through RECLAIM_STALE and CLAIM.
 # The probe reads ops_runs_claimed_lease in lease order; since 0004 no other index holds
 # claimed rows (ops_runs_by_state kept an entry per claim until VACUUM, and the planner
-# drifted onto it: 0.25 -> 1.8 ms per claim after 60 s of churn). Same parameters as CLAIM.
-CLAIM_UNLESS_STALE = _CLAIM_TEMPLATE.format(
-    guard="""
+# drifted onto it: 0.25 -> 1.8 ms per claim after 60 s of churn).
+_UNLESS_STALE = """
       AND (SELECT stale.lease_until
            FROM ops_runs AS stale
            WHERE stale.state = 'claimed' AND stale.lease_until <= now()
            ORDER BY stale.lease_until
            LIMIT 1) IS NULL"""
-)
+
+# Run right after RECLAIM_STALE, in a fresh snapshot that sees the rows it reopened.
+CLAIM = _CLAIM_TEMPLATE.format(guard="")
+
+# The common claim in one round trip (same parameters as CLAIM).
+CLAIM_UNLESS_STALE = _CLAIM_TEMPLATE.format(guard=_UNLESS_STALE)
+
+# The common claim of several claimers in one round trip (see _CLAIM_MANY_TEMPLATE). A
+# claimer with no row back goes through RECLAIM_STALE and CLAIM on its own.
+CLAIM_MANY_UNLESS_STALE = _CLAIM_MANY_TEMPLATE.format(guard=_UNLESS_STALE)
 
 # A close or heartbeat locks its one row for the rest of its short transaction, and reads
 # the clock of the same transaction so "lease ended" is judged by the database, not the app.

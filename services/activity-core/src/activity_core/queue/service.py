@@ -45,6 +45,7 @@ from .close_decision import (
     decide_heartbeat,
     terminal_state_without_row,
 )
+from .coalesce import Coalescer
 from .errors import DatabaseUnavailable, QueueRefusal
 from .metrics import QueueMetrics
 from .wakeups import OpenRunSignal
@@ -72,6 +73,16 @@ class ClaimSpec:
     limit: int
     lease_seconds: int
     wait_seconds: int
+
+
+# What claims must share to be served by one statement (labels mode, labels, limit), and
+# what each claimer brings (worker id, lease seconds).
+ClaimKey = tuple[str, tuple[str, ...], int]
+Claimer = tuple[str, int]
+
+# A coalesced claim leases at most this many rows (claimers x limit), so one statement
+# stays short however large the limits are.
+MAX_ROWS_PER_CLAIM_STATEMENT = 500
 
 
 @dataclass(frozen=True)
@@ -107,11 +118,16 @@ class QueueService:
         max_attempts: int,
         metrics: QueueMetrics,
         signal: OpenRunSignal | None = None,
+        claim_batch_max: int = 32,
     ) -> None:
         self._pool = pool
         self._max_attempts = max_attempts
         self._metrics = metrics
         self._signal = signal
+        self._claim_batch_max = claim_batch_max
+        self._claims: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
+            self._lease_together, max_items=self._claimers_per_statement
+        )
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
@@ -145,19 +161,21 @@ class QueueService:
                 return []
 
     async def _claim_once(self, spec: ClaimSpec) -> list[dict[str, Any]]:
-        mode = "none" if not spec.labels else spec.labels_mode.value
-        labels = list(spec.labels or [])
+        labels = tuple(spec.labels or ())
+        key: ClaimKey = ("none" if not labels else spec.labels_mode.value, labels, spec.limit)
         started = time.perf_counter()
-        # Autocommit statements, no BEGIN/COMMIT round trips. The first leases only when
-        # nothing is stale; an empty answer (nothing open, or stale claims seen) reopens
-        # stale claims and claims again in a fresh snapshot that sees the reopened rows.
-        # So a busy queue claims in one round trip and stale claims are always reopened
-        # before a claim selects. When nothing is stale the reclaim writes nothing.
-        args = (spec.worker_id, spec.lease_seconds, spec.limit, mode, labels)
+        # Claims with the same filter that arrive together share one leasing statement
+        # (coalesce.py); it leases only when nothing is stale. An empty answer (nothing
+        # open, or stale claims seen) reopens stale claims and claims again in a fresh
+        # snapshot that sees the reopened rows. So a busy queue claims in one round trip,
+        # and stale claims are always reopened before a claim selects. Autocommit
+        # statements, no BEGIN/COMMIT round trips; when nothing is stale the reclaim
+        # writes nothing.
+        rows = await self._claims.submit(key, (spec.worker_id, spec.lease_seconds))
         stale: Sequence[asyncpg.Record] = ()
-        async with self._connection() as conn:
-            rows = await conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
-            if not rows:
+        if not rows:
+            args = (spec.worker_id, spec.lease_seconds, spec.limit, key[0], list(labels))
+            async with self._connection() as conn:
                 stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
                 rows = await conn.fetch(queries.CLAIM, *args)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
@@ -173,6 +191,33 @@ class QueueService:
                 },
             )
         return [project(r) for r in rows]
+
+    def _claimers_per_statement(self, key: ClaimKey) -> int:
+        return min(self._claim_batch_max, MAX_ROWS_PER_CLAIM_STATEMENT // key[2])
+
+    async def _lease_together(
+        self, key: ClaimKey, claimers: list[Claimer]
+    ) -> list[list[asyncpg.Record]]:
+        """One leasing statement for claims that arrived together: the rows of each."""
+        mode, labels, limit = key
+        self._metrics.claims_per_statement.observe(len(claimers))
+        async with self._connection() as conn:
+            if len(claimers) == 1:
+                worker_id, lease_seconds = claimers[0]
+                args = (worker_id, lease_seconds, limit, mode, list(labels))
+                return [await conn.fetch(queries.CLAIM_UNLESS_STALE, *args)]
+            rows = await conn.fetch(
+                queries.CLAIM_MANY_UNLESS_STALE,
+                [worker_id for worker_id, _ in claimers],
+                [lease_seconds for _, lease_seconds in claimers],
+                limit,
+                mode,
+                list(labels),
+            )
+        leased: list[list[asyncpg.Record]] = [[] for _ in claimers]
+        for row in sorted(rows, key=lambda r: r["claim_rank"]):
+            leased[row["claimer"] - 1].append(row)
+        return leased
 
     def _record_stale(self, rows: Sequence[asyncpg.Record], *, trigger: str) -> None:
         for row in rows:
