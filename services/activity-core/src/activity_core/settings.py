@@ -43,7 +43,7 @@ class ActivityCoreSettings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, le=1000, alias="OPS_RUN_MAX_ATTEMPTS")
     db_pool_min: int = Field(default=2, ge=1, le=200, alias="ACTIVITY_CORE_DB_POOL_MIN")
     db_pool_max: int = Field(default=20, ge=1, le=200, alias="ACTIVITY_CORE_DB_POOL_MAX")
-    claim_batch_max: int = Field(default=32, ge=1, le=100, alias="ACTIVITY_CORE_CLAIM_BATCH_MAX")
+    coalesce_max: int = Field(default=32, ge=1, le=100, alias="ACTIVITY_CORE_COALESCE_MAX")
     # 0: leave ops_runs to the server's autovacuum alone (queue/vacuum.py)
     queue_vacuum_dead_rows: int = Field(
         default=10_000, ge=0, le=1_000_000_000, alias="ACTIVITY_CORE_QUEUE_VACUUM_DEAD_ROWS"

@@ -95,3 +95,22 @@ def test_reopening_failures_and_grant_claims_take_the_locking_path() -> None:
         terminal_state_without_row(CloseRequest(CloseAction.fail, ME, None, "boom", False, "ci1-x"))
         is RunState.failed
     )
+
+
+def _where(statement: str) -> set[str]:
+    clause = statement.split("WHERE", 1)[1].split("RETURNING", 1)[0]
+    return {c.strip() for c in clause.split("AND")}
+
+
+def test_the_shared_close_statement_has_the_one_statement_close_conditions() -> None:
+    """CLOSE_MANY_LEASED_UNGRANTED (closes that arrived together) changes a row under
+    exactly CLOSE_LEASED_UNGRANTED's conditions, with each closer's id and worker."""
+    from activity_core.queue import queries
+
+    alone = _where(queries.CLOSE_LEASED_UNGRANTED)
+    together = {
+        c.replace("r.", "").replace("c.id", "$1").replace("c.worker_id", "$2")
+        for c in _where(queries.CLOSE_MANY_LEASED_UNGRANTED)
+    }
+    assert together == alone
+    assert len(alone) == 5

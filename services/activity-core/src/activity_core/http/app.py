@@ -92,7 +92,7 @@ def create_app(
             max_attempts=settings.max_attempts,
             metrics=metrics,
             signal=signal,
-            claim_batch_max=settings.claim_batch_max,
+            coalesce_max=settings.coalesce_max,
         )
         vacuum = QueueVacuum(
             pool, dsn, dead_rows_limit=settings.queue_vacuum_dead_rows, metrics=metrics

@@ -54,9 +54,10 @@ class QueueMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.claims_per_statement = Histogram(
-            "ops_run_claims_per_statement",
-            "claims served by one leasing statement (concurrent claims are coalesced)",
+        self.coalesced = Histogram(
+            "ops_run_requests_per_statement",
+            "claims or common closes served by one statement (concurrent ones are coalesced)",
+            ["statement"],
             buckets=(1, 2, 4, 8, 16, 32, 64, 100),
             registry=self.registry,
         )

@@ -185,6 +185,25 @@ WHERE id = $1
 RETURNING {RUN_COLUMNS}
 """
 
+# Common closes that arrived together (queue/coalesce.py) in one statement: each closer's
+# row is changed under exactly CLOSE_LEASED_UNGRANTED's conditions; a closer whose run is
+# not among the rows back takes the locking path on its own. The service never puts one
+# run in a statement twice, so a row back names its closer.
+# $1 ids, $2 workers, $3 terminal states, $4 results, $5 last_errors, $6 digests
+CLOSE_MANY_LEASED_UNGRANTED = f"""
+UPDATE ops_runs AS r
+SET state = c.state, lease_until = NULL, result = c.result, last_error = c.last_error,
+    close_intent_digest = c.digest, updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[])
+     AS c(id, worker_id, state, result, last_error, digest)
+WHERE r.id = c.id
+  AND r.state = 'claimed'
+  AND r.claim_owner = c.worker_id
+  AND r.lease_until > now()
+  AND r.repository_grant IS NULL
+RETURNING {_qualified("r")}
+"""
+
 # A failure accepted with reopen below the ceiling returns the row to the queue and clears
 # its owner, lease and close identity: a repeat is not a terminal reconciliation.
 # $1 id, $2 result (NULL keeps the previous one), $3 last_error

@@ -80,6 +80,17 @@ class ClaimSpec:
 ClaimKey = tuple[str, tuple[str, ...], int]
 Claimer = tuple[str, int]
 
+# What closes bring to a shared statement: run id, closer, the state it reaches, request.
+# They share one key: every common close has the same statement.
+CloseKey = str
+Closer = tuple[uuid.UUID, RunState, CloseRequest]
+_COMMON_CLOSE: CloseKey = "leased-ungranted"
+
+# A shared statement that fails for a reason of its own (two replicas' statements locking
+# the same runs in opposite orders) is not the request's fault: its closes take the
+# locking path one by one instead.
+_RETRY_ALONE = (asyncpg.exceptions.DeadlockDetectedError,)
+
 # A coalesced claim leases at most this many rows (claimers x limit), so one statement
 # stays short however large the limits are.
 MAX_ROWS_PER_CLAIM_STATEMENT = 500
@@ -118,15 +129,18 @@ class QueueService:
         max_attempts: int,
         metrics: QueueMetrics,
         signal: OpenRunSignal | None = None,
-        claim_batch_max: int = 32,
+        coalesce_max: int = 32,
     ) -> None:
         self._pool = pool
         self._max_attempts = max_attempts
         self._metrics = metrics
         self._signal = signal
-        self._claim_batch_max = claim_batch_max
+        self._coalesce_max = coalesce_max
         self._claims: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
             self._lease_together, max_items=self._claimers_per_statement
+        )
+        self._closes: Coalescer[CloseKey, Closer, asyncpg.Record | None] = Coalescer(
+            self._close_together, max_items=lambda _: coalesce_max
         )
 
     @asynccontextmanager
@@ -193,14 +207,14 @@ class QueueService:
         return [project(r) for r in rows]
 
     def _claimers_per_statement(self, key: ClaimKey) -> int:
-        return min(self._claim_batch_max, MAX_ROWS_PER_CLAIM_STATEMENT // key[2])
+        return min(self._coalesce_max, MAX_ROWS_PER_CLAIM_STATEMENT // key[2])
 
     async def _lease_together(
         self, key: ClaimKey, claimers: list[Claimer]
     ) -> list[list[asyncpg.Record]]:
         """One leasing statement for claims that arrived together: the rows of each."""
         mode, labels, limit = key
-        self._metrics.claims_per_statement.observe(len(claimers))
+        self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
         async with self._connection() as conn:
             if len(claimers) == 1:
                 worker_id, lease_seconds = claimers[0]
@@ -294,10 +308,16 @@ class QueueService:
             intent_digest=close_intent_digest(intent),
         )
         started = time.perf_counter()
-        async with self._connection() as conn:
-            updated: Any = await self._close_leased_ungranted(conn, run_id, request)
-            disposition = CloseDisposition.applied
-            if updated is None:
+        # The common close (the closer's active lease on a run queued without a grant) is
+        # one conditional UPDATE, shared with the common closes that arrive together; no
+        # row back means "not that case" and nothing changed.
+        state = terminal_state_without_row(request)
+        updated: Any = None
+        if state is not None:
+            updated = await self._closes.submit(_COMMON_CLOSE, (run_id, state, request))
+        disposition = CloseDisposition.applied
+        if updated is None:
+            async with self._connection() as conn:
                 updated, disposition = await self._close_locked(conn, run_id, request)
         self._metrics.close_latency.observe(time.perf_counter() - started)
         self._metrics.closes.labels(action=intent.action.value, disposition=disposition.value).inc()
@@ -313,23 +333,47 @@ class QueueService:
         )
         return project(updated), disposition
 
-    @staticmethod
-    async def _close_leased_ungranted(
-        conn: PoolConnectionProxy[asyncpg.Record], run_id: uuid.UUID, request: CloseRequest
-    ) -> asyncpg.Record | None:
-        """The common close as one statement; None means "not that case" (nothing changed)."""
-        state = terminal_state_without_row(request)
-        if state is None:
-            return None
-        return await conn.fetchrow(
-            queries.CLOSE_LEASED_UNGRANTED,
-            run_id,
-            request.worker_id,
-            state.value,
-            request.result,
-            request.error,
-            request.intent_digest,
-        )
+    async def _close_together(
+        self, key: CloseKey, closers: list[Closer]
+    ) -> list[asyncpg.Record | None]:
+        """Common closes that arrived together in one statement: each closer's row, or None
+        where its run was not in that case (or was already in this statement)."""
+        first: dict[uuid.UUID, int] = {}
+        for n, (run_id, _, _) in enumerate(closers):
+            first.setdefault(run_id, n)
+        unique = [closers[n] for n in first.values()]
+        self._metrics.coalesced.labels(statement="close").observe(len(unique))
+        try:
+            async with self._connection() as conn:
+                if len(unique) == 1:
+                    run_id, state, request = unique[0]
+                    row = await conn.fetchrow(
+                        queries.CLOSE_LEASED_UNGRANTED,
+                        run_id,
+                        request.worker_id,
+                        state.value,
+                        request.result,
+                        request.error,
+                        request.intent_digest,
+                    )
+                    rows = [] if row is None else [row]
+                else:
+                    rows = await conn.fetch(
+                        queries.CLOSE_MANY_LEASED_UNGRANTED,
+                        [run_id for run_id, _, _ in unique],
+                        [request.worker_id for _, _, request in unique],
+                        [state.value for _, state, _ in unique],
+                        [request.result for _, _, request in unique],
+                        [request.error for _, _, request in unique],
+                        [request.intent_digest for _, _, request in unique],
+                    )
+        except _RETRY_ALONE:
+            return [None] * len(closers)
+        by_run = {row["id"]: row for row in rows}
+        return [
+            by_run.get(run_id) if first[run_id] == n else None
+            for n, (run_id, _, _) in enumerate(closers)
+        ]
 
     async def _close_locked(
         self, conn: PoolConnectionProxy[asyncpg.Record], run_id: uuid.UUID, request: CloseRequest

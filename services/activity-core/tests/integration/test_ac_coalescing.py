@@ -1,8 +1,12 @@
-"""Concurrent claims with the same filter share one leasing statement (queue/coalesce.py).
+"""Concurrent claims with the same filter, and concurrent common closes, share one
+statement (queue/coalesce.py).
 
 Each claimer must get what it would have got alone, one after another: its own rows, in
 claim order, leased to it for its own lease, stale claims reopened first, filters never
-mixed. The statements are counted by the service's own histogram of claims per statement.
+mixed. Each closer must get what it would have got alone: its own close applied, and any
+close outside the common case (another owner, an ended lease, a repeat of a run already in
+the statement) answered by the locking path. Statements are counted by the service's own
+histogram of requests per statement.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from typing import Any
 import asyncpg
 
 from ac_testkit import SeededQueue
+from activity_core.queue.errors import QueueRefusal
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.service import ClaimSpec, QueueService
-from ops_contracts import LabelsMode
+from ops_contracts import CloseDisposition, LabelsMode, RefusalCode
 
 PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}
 
@@ -33,15 +38,16 @@ def spec(worker_id: str, *, limit: int = 1, lease: int = 900, **kw: Any) -> Clai
     )
 
 
-def statements(metrics: QueueMetrics) -> tuple[float, float]:
-    """(leasing statements, claims they served) so far."""
-    count = metrics.registry.get_sample_value("ops_run_claims_per_statement_count")
-    total = metrics.registry.get_sample_value("ops_run_claims_per_statement_sum")
+def statements(metrics: QueueMetrics, kind: str = "claim") -> tuple[float, float]:
+    """(statements of this kind, requests they served) so far."""
+    labels = {"statement": kind}
+    count = metrics.registry.get_sample_value("ops_run_requests_per_statement_count", labels)
+    total = metrics.registry.get_sample_value("ops_run_requests_per_statement_sum", labels)
     return count or 0.0, total or 0.0
 
 
 def service(pool: asyncpg.Pool, metrics: QueueMetrics, batch_max: int = 32) -> QueueService:
-    return QueueService(pool, max_attempts=3, metrics=metrics, claim_batch_max=batch_max)
+    return QueueService(pool, max_attempts=3, metrics=metrics, coalesce_max=batch_max)
 
 
 async def seed_mixed(seeded: SeededQueue, n: int) -> list[uuid.UUID]:
@@ -170,3 +176,92 @@ async def test_batch_max_of_one_turns_coalescing_off(
     answers = await asyncio.gather(*(queue.claim(spec(f"w-{i}")) for i in range(10)))
     assert sorted(run["id"] for got in answers for run in got) == sorted(runs)
     assert statements(metrics) == (10.0, 10.0)
+
+
+async def claimed_by(queue: QueueService, seeded: SeededQueue, workers: list[str]) -> list[Any]:
+    """One run claimed by each worker, in order."""
+    await seeded.runs(len(workers))
+    answers = [await queue.claim(spec(w)) for w in workers]
+    return [got[0]["id"] for got in answers]
+
+
+async def test_concurrent_common_closes_share_statements_and_each_applies_its_own(
+    pool: asyncpg.Pool, seeded: SeededQueue
+) -> None:
+    metrics = QueueMetrics()
+    queue = service(pool, metrics)
+    workers = [f"w-{i:02d}" for i in range(12)]
+    runs = await claimed_by(queue, seeded, workers)
+
+    closes = [
+        queue.complete(run_id, w, {"ok": True, "path": f"out/{w}.md"})
+        if i % 2 == 0
+        else queue.fail(run_id, w, f"failed at {w}", reopen=False, raw_result=None)
+        for i, (run_id, w) in enumerate(zip(runs, workers, strict=True))
+    ]
+    answers = await asyncio.gather(*closes)
+    count, served = statements(metrics, "close")
+    assert served == 12 and count < 12  # closes shared statements
+
+    for i, ((run, disposition), run_id, w) in enumerate(zip(answers, runs, workers, strict=True)):
+        assert disposition is CloseDisposition.applied and run["id"] == run_id
+        row = await seeded.row(run_id)
+        assert row["claim_owner"] == w and row["lease_until"] is None
+        assert row["close_intent_digest"] is not None
+        if i % 2 == 0:
+            assert row["state"] == "succeeded" and row["result"]["path"] == f"out/{w}.md"
+            assert row["last_error"] is None
+        else:
+            assert row["state"] == "failed" and row["last_error"] == f"failed at {w}"
+            assert row["result"] is None
+        assert run["state"] == row["state"]
+
+
+async def test_closes_outside_the_common_case_take_the_locking_path(
+    pool: asyncpg.Pool, seeded: SeededQueue
+) -> None:
+    metrics = QueueMetrics()
+    queue = service(pool, metrics)
+    ok, wrong, ended, twice, differ = await claimed_by(
+        queue, seeded, ["w-ok", "w-wrong", "w-ended", "w-twice", "w-differ"]
+    )
+    await seeded.expire_lease(ended)
+    result = {"ok": True, "path": "out/x.md"}
+    outcomes = await asyncio.gather(
+        queue.complete(ok, "w-ok", result),
+        queue.complete(wrong, "w-intruder", result),
+        queue.complete(ended, "w-ended", result),
+        queue.complete(twice, "w-twice", result),
+        queue.complete(twice, "w-twice", result),  # a retry racing the original
+        queue.complete(differ, "w-differ", result),
+        queue.complete(differ, "w-differ", {"ok": True, "path": "out/other.md"}),
+        return_exceptions=True,
+    )
+    count, served = statements(metrics, "close")
+    assert served >= 5 and count < 7
+
+    def refusal(outcome: Any) -> RefusalCode:
+        assert isinstance(outcome, QueueRefusal), outcome
+        return outcome.code
+
+    assert outcomes[0][1] is CloseDisposition.applied
+    assert refusal(outcomes[1]) is RefusalCode.wrong_owner
+    assert refusal(outcomes[2]) is RefusalCode.expired_lease
+    assert sorted(o[1].value for o in outcomes[3:5]) == ["applied", "reconciled"]
+    # one of two different intents lands; the other is a terminal conflict
+    assert outcomes[5][1] is CloseDisposition.applied
+    assert refusal(outcomes[6]) is RefusalCode.terminal_conflict
+    assert (await seeded.row(differ))["result"]["path"] == "out/x.md"
+    assert [(await seeded.row(r))["state"] for r in (wrong, ended)] == ["claimed", "claimed"]
+
+
+async def test_coalesce_max_of_one_closes_alone(pool: asyncpg.Pool, seeded: SeededQueue) -> None:
+    metrics = QueueMetrics()
+    queue = service(pool, metrics, batch_max=1)
+    workers = [f"w-{i}" for i in range(6)]
+    runs = await claimed_by(queue, seeded, workers)
+    answers = await asyncio.gather(
+        *(queue.complete(r, w, {"ok": True}) for r, w in zip(runs, workers, strict=True))
+    )
+    assert all(d is CloseDisposition.applied for _, d in answers)
+    assert statements(metrics, "close") == (6.0, 6.0)
