@@ -265,3 +265,37 @@ async def test_coalesce_max_of_one_closes_alone(pool: asyncpg.Pool, seeded: Seed
     )
     assert all(d is CloseDisposition.applied for _, d in answers)
     assert statements(metrics, "close") == (6.0, 6.0)
+
+
+async def test_a_run_held_by_another_transaction_never_stalls_the_closes_it_shares_with(
+    pool: asyncpg.Pool, seeded: SeededQueue, db_dsn: str
+) -> None:
+    """The shared statement skips a held run: the other closes apply at once, and the held
+    run's close waits alone on the locking path, then applies. (Waiting in the shared
+    statement would stall every close queued behind it, and two shared statements holding
+    each other's runs would deadlock.)"""
+    metrics = QueueMetrics()
+    queue = service(pool, metrics)
+    a, b, c = await claimed_by(queue, seeded, ["w-a", "w-b", "w-c"])
+    other = await asyncpg.connect(db_dsn)
+    try:
+        holding = other.transaction()
+        await holding.start()
+        await other.execute("SELECT 1 FROM ops_runs WHERE id = $1 FOR UPDATE", b)
+        held = asyncio.create_task(queue.complete(b, "w-b", {"ok": True}))
+        free = asyncio.gather(
+            queue.complete(a, "w-a", {"ok": True}), queue.complete(c, "w-c", {"ok": True})
+        )
+        answers = await asyncio.wait_for(free, 10)  # not behind b's lock
+        assert [d for _, d in answers] == [CloseDisposition.applied] * 2
+        await asyncio.sleep(0.2)
+        assert not held.done()  # b waits for its row, alone
+        assert (await seeded.row(b))["state"] == "claimed"
+        await holding.commit()
+        _, disposition = await asyncio.wait_for(held, 10)
+    finally:
+        await other.close()
+    assert disposition is CloseDisposition.applied
+    assert [(await seeded.row(r))["state"] for r in (a, b, c)] == ["succeeded"] * 3
+    count, served = statements(metrics, "close")
+    assert served == 3 and count < 3

@@ -97,20 +97,32 @@ def test_reopening_failures_and_grant_claims_take_the_locking_path() -> None:
     )
 
 
-def _where(statement: str) -> set[str]:
-    clause = statement.split("WHERE", 1)[1].split("RETURNING", 1)[0]
-    return {c.strip() for c in clause.split("AND")}
+def _conditions(statement: str) -> set[str]:
+    """The conditions a row must meet to be locked by the statement's `closing` CTE."""
+    clause = statement.split("WHERE", 1)[1].split("FOR NO KEY UPDATE", 1)[0]
+    conditions = {c.strip() for c in clause.split("AND")}
+    join = statement.split(" ON ", 1)[1].split("WHERE", 1)[0] if " ON " in statement else None
+    return conditions | ({join.strip()} if join else set())
 
 
 def test_the_shared_close_statement_has_the_one_statement_close_conditions() -> None:
-    """CLOSE_MANY_LEASED_UNGRANTED (closes that arrived together) changes a row under
-    exactly CLOSE_LEASED_UNGRANTED's conditions, with each closer's id and worker."""
+    """CLOSE_MANY_LEASED_UNGRANTED (closes that arrived together) locks and changes a row
+    under exactly CLOSE_LEASED_UNGRANTED's conditions, with each closer's id and worker,
+    and both skip a row another transaction holds."""
     from activity_core.queue import queries
 
-    alone = _where(queries.CLOSE_LEASED_UNGRANTED)
+    alone = _conditions(queries.CLOSE_LEASED_UNGRANTED)
     together = {
         c.replace("r.", "").replace("c.id", "$1").replace("c.worker_id", "$2")
-        for c in _where(queries.CLOSE_MANY_LEASED_UNGRANTED)
+        for c in _conditions(queries.CLOSE_MANY_LEASED_UNGRANTED)
     }
     assert together == alone
-    assert len(alone) == 5
+    assert alone == {
+        "id = $1",
+        "state = 'claimed'",
+        "claim_owner = $2",
+        "lease_until > now()",
+        "repository_grant IS NULL",
+    }
+    for statement in (queries.CLOSE_LEASED_UNGRANTED, queries.CLOSE_MANY_LEASED_UNGRANTED):
+        assert "SKIP LOCKED" in statement

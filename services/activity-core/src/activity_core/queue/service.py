@@ -86,11 +86,6 @@ CloseKey = str
 Closer = tuple[uuid.UUID, RunState, CloseRequest]
 _COMMON_CLOSE: CloseKey = "leased-ungranted"
 
-# A shared statement that fails for a reason of its own (two replicas' statements locking
-# the same runs in opposite orders) is not the request's fault: its closes take the
-# locking path one by one instead.
-_RETRY_ALONE = (asyncpg.exceptions.DeadlockDetectedError,)
-
 # A coalesced claim leases at most this many rows (claimers x limit), so one statement
 # stays short however large the limits are.
 MAX_ROWS_PER_CLAIM_STATEMENT = 500
@@ -343,32 +338,29 @@ class QueueService:
             first.setdefault(run_id, n)
         unique = [closers[n] for n in first.values()]
         self._metrics.coalesced.labels(statement="close").observe(len(unique))
-        try:
-            async with self._connection() as conn:
-                if len(unique) == 1:
-                    run_id, state, request = unique[0]
-                    row = await conn.fetchrow(
-                        queries.CLOSE_LEASED_UNGRANTED,
-                        run_id,
-                        request.worker_id,
-                        state.value,
-                        request.result,
-                        request.error,
-                        request.intent_digest,
-                    )
-                    rows = [] if row is None else [row]
-                else:
-                    rows = await conn.fetch(
-                        queries.CLOSE_MANY_LEASED_UNGRANTED,
-                        [run_id for run_id, _, _ in unique],
-                        [request.worker_id for _, _, request in unique],
-                        [state.value for _, state, _ in unique],
-                        [request.result for _, _, request in unique],
-                        [request.error for _, _, request in unique],
-                        [request.intent_digest for _, _, request in unique],
-                    )
-        except _RETRY_ALONE:
-            return [None] * len(closers)
+        async with self._connection() as conn:
+            if len(unique) == 1:
+                run_id, state, request = unique[0]
+                row = await conn.fetchrow(
+                    queries.CLOSE_LEASED_UNGRANTED,
+                    run_id,
+                    request.worker_id,
+                    state.value,
+                    request.result,
+                    request.error,
+                    request.intent_digest,
+                )
+                rows = [] if row is None else [row]
+            else:
+                rows = await conn.fetch(
+                    queries.CLOSE_MANY_LEASED_UNGRANTED,
+                    [run_id for run_id, _, _ in unique],
+                    [request.worker_id for _, _, request in unique],
+                    [state.value for _, state, _ in unique],
+                    [request.result for _, _, request in unique],
+                    [request.error for _, _, request in unique],
+                    [request.intent_digest for _, _, request in unique],
+                )
         by_run = {row["id"]: row for row in rows}
         return [
             by_run.get(run_id) if first[run_id] == n else None
