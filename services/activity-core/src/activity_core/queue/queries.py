@@ -167,37 +167,30 @@ RETURNING {RUN_COLUMNS}
 """
 
 # The common close in one statement: the closer owns an active lease on a run queued
-# without a grant, so decide_close could only answer ApplyTerminal. SKIP LOCKED: a run
-# another transaction holds (a heartbeat, a locking close, an operator) is not waited for
-# here, where closes share a queue (queue/coalesce.py); no row back means "not that case"
-# (or "held"), and the service falls back to LOCK_RUN_FOR_CLOSE + decide_close, which
-# waits for that row alone and answers every other case (refusals, reconciliation, grant
-# evidence, reopen). The conditions here must stay a subset of decide_close's
-# ApplyTerminal branch (tests/unit/test_ac_close_fast_path.py).
+# without a repository grant, so decide_close could only answer ApplyTerminal. The row
+# lock is the UPDATE's own; no row back means "not that case", and the service falls back
+# to LOCK_RUN_FOR_CLOSE + decide_close, which answers every other case (refusals,
+# reconciliation, grant evidence, reopen). The conditions here must stay a subset of
+# decide_close's ApplyTerminal branch (tests/unit/test_ac_close_fast_path.py).
 # $1 id, $2 worker, $3 terminal state, $4 result, $5 last_error, $6 close intent digest
 CLOSE_LEASED_UNGRANTED = f"""
-WITH closing AS (
-    SELECT id
-    FROM ops_runs
-    WHERE id = $1
-      AND state = 'claimed'
-      AND claim_owner = $2
-      AND lease_until > now()
-      AND repository_grant IS NULL
-    FOR NO KEY UPDATE SKIP LOCKED
-)
-UPDATE ops_runs AS r
+UPDATE ops_runs
 SET state = $3, lease_until = NULL, result = $4, last_error = $5,
     close_intent_digest = $6, updated_at = now()
-FROM closing
-WHERE r.id = closing.id
-RETURNING {_qualified("r")}
+WHERE id = $1
+  AND state = 'claimed'
+  AND claim_owner = $2
+  AND lease_until > now()
+  AND repository_grant IS NULL
+RETURNING {RUN_COLUMNS}
 """
 
 # Common closes that arrived together (queue/coalesce.py) in one statement: each closer's
-# row is changed under exactly CLOSE_LEASED_UNGRANTED's conditions, held rows skipped
-# alike: one held row never stalls the closes that share the statement, and two such
-# statements can never deadlock. A closer whose run is not among the rows back takes the
+# row is changed under exactly CLOSE_LEASED_UNGRANTED's conditions. SKIP LOCKED: a run
+# another transaction holds (a heartbeat, a locking close, an operator, or for a moment a
+# claimer's scan passing its stale index entry) is left out rather than waited for, so one
+# held row never stalls the closes that share the statement and two such statements can
+# never deadlock. A closer whose run is not among the rows back takes the
 # locking path on its own (and waits there for its row alone). The service never
 # puts one run in a statement twice, so a row back names its closer.
 # $1 ids, $2 workers, $3 terminal states, $4 results, $5 last_errors, $6 digests
