@@ -255,6 +255,35 @@ async def test_closes_outside_the_common_case_take_the_locking_path(
     assert [(await seeded.row(r))["state"] for r in (wrong, ended)] == ["claimed", "claimed"]
 
 
+async def test_a_run_repeated_in_one_statement_enters_it_once_and_the_first_close_wins(
+    pool: asyncpg.Pool, seeded: SeededQueue
+) -> None:
+    """A statement must not carry one run twice: which entry PostgreSQL's join applies
+    would be arbitrary, so a retry racing its original, or a second intent, could overwrite
+    the first close's answer. The first entry is in the statement; repeats go to the
+    locking path and see the first one's outcome."""
+    metrics = QueueMetrics()
+    queue = service(pool, metrics)
+    retried, conflicting = await claimed_by(queue, seeded, ["w-retry", "w-conflict"])
+    first = {"ok": True, "path": "out/first.md"}
+    # all four reach the coalescer before its call starts: one statement serves them
+    outcomes = await asyncio.gather(
+        queue.complete(retried, "w-retry", first),
+        queue.complete(conflicting, "w-conflict", first),
+        queue.complete(retried, "w-retry", first),
+        queue.complete(conflicting, "w-conflict", {"ok": True, "path": "out/second.md"}),
+        return_exceptions=True,
+    )
+    assert statements(metrics, "close") == (1.0, 2.0)  # two runs, each entered once
+    assert outcomes[0][1] is CloseDisposition.applied
+    assert outcomes[1][1] is CloseDisposition.applied
+    assert outcomes[2][1] is CloseDisposition.reconciled
+    assert isinstance(outcomes[3], QueueRefusal)
+    assert outcomes[3].code is RefusalCode.terminal_conflict
+    for run_id in (retried, conflicting):
+        assert (await seeded.row(run_id))["result"]["path"] == "out/first.md"
+
+
 async def test_coalesce_max_of_one_closes_alone(pool: asyncpg.Pool, seeded: SeededQueue) -> None:
     metrics = QueueMetrics()
     queue = service(pool, metrics, batch_max=1)
