@@ -252,8 +252,17 @@ profiles:
 """
 
 
-def command_profile(name: str, script: str, *, timeout_s: float = 30) -> str:
-    """A catalogue entry running `sh -c script` (PATH allowlisted)."""
+UNCONFINED = "profile.none-local"
+
+
+def command_profile(
+    name: str, script: str, *, timeout_s: float = 30, sandbox: str = "profile.bwrap-local"
+) -> str:
+    """A catalogue entry running `sh -c script` (PATH allowlisted) in `sandbox`.
+
+    Tests that observe the command through files outside its worktree run it
+    UNCONFINED (with `rein_aharness_allow_unsandboxed`): they test the worker's logic,
+    not the confinement, which test_rein_sandbox.py covers."""
     body = textwrap.indent(
         "\n".join(
             [
@@ -264,7 +273,7 @@ def command_profile(name: str, script: str, *, timeout_s: float = 30) -> str:
                 f"    argv: {json.dumps(['sh', '-c', script])}",
                 f"    timeout_s: {timeout_s}",
                 "    env_allowlist: [PATH, HOME]",
-                "  sandbox_profile: profile.bwrap-local",
+                f"  sandbox_profile: {sandbox}",
                 "  resolved_model: model.test",
                 "  rein: {id: rein-aharness, version: 0.1.0}",
             ]
@@ -274,9 +283,16 @@ def command_profile(name: str, script: str, *, timeout_s: float = 30) -> str:
     return body + "\n"
 
 
-def write_catalogue(path: Path, *extra_profiles: str, legacy: str = "") -> Path:
-    path.write_text(CATALOGUE + "".join(extra_profiles) + legacy)
+def write_catalogue(
+    path: Path, *extra_profiles: str, legacy: str = "", sandboxes: str = ""
+) -> Path:
+    path.write_text(CATALOGUE + "".join(extra_profiles) + legacy + sandboxes)
     return path
+
+
+def started_in_a_worktree(state_dir: Path) -> bool:
+    """A command wrote `started` in its worktree (the one place a sandbox lets it write)."""
+    return any((state_dir / "worktrees").glob("*/started"))
 
 
 def worker_settings(tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any) -> Settings:

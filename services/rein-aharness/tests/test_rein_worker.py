@@ -20,6 +20,7 @@ from rein_aharness.worker import Transports, open_worker
 from rein_worker_kit import (
     FAST,
     GRANT,
+    UNCONFINED,
     WORKER_ID,
     WORKER_TOKEN,
     ActivityCore,
@@ -29,6 +30,7 @@ from rein_worker_kit import (
     git,
     outbox,
     run_worker_once,
+    started_in_a_worktree,
     worker_settings,
     write_catalogue,
 )
@@ -255,13 +257,16 @@ async def test_heartbeats_keep_a_long_run_alive(
 # -- profile refusal -------------------------------------------------------------------------
 
 
-def _legacy_table(marker: Path, script: str | None = None) -> str:
+def _legacy_table(
+    marker: Path, script: str | None = None, *, sandbox: str = "profile.bwrap-local"
+) -> str:
     command = json.dumps(["sh", "-c", script or f"touch {marker}"])
     return (
         "legacy_approaches:\n"
         "  legacy-ok:\n"
         "    approach: command\n"
         f"    command: {{argv: {command}, timeout_s: 30, env_allowlist: [PATH]}}\n"
+        f"    sandbox_profile: {sandbox}\n"
     )
 
 
@@ -303,10 +308,14 @@ async def test_a_refused_profile_fails_the_run_without_executing_anything(
     repo = repos.make()
     refs_before = Repos.refs(repo)
     marker = tmp_path / "legacy-ran"
+    # unconfined, so that the marker would show the legacy approach running
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml", legacy=_legacy_table(marker)),
+        write_catalogue(
+            tmp_path / "profiles.yaml", legacy=_legacy_table(marker, sandbox=UNCONFINED)
+        ),
+        rein_aharness_allow_unsandboxed=True,
     )
     # the hint names a runnable legacy approach: it must never stand in for the ref
     run_id = await activity_core.seeded.run(
@@ -360,6 +369,7 @@ _ORPHAN = (
         (_DOT_GIT_COMMIT, "must not contain a .git segment): 'briefs/.git/config'"),
         (_ORPHAN, "does not descend from the baseline"),
         (
+            # unconfined (a sandbox shows refs read-only): the judge is what catches it
             f"echo x > briefs/x.md && {_COMMIT} && git branch evil && git tag v-evil",
             "changed refs of the target repository",
         ),
@@ -381,8 +391,11 @@ async def test_work_outside_the_grant_is_rejected_and_discarded(
     repo = repos.make()
     refs_before = Repos.refs(repo)
     commits_before = Repos.commit_count(repo)
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("work", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
+    sandbox = UNCONFINED if "git branch" in script else "profile.bwrap-local"
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml", command_profile("work", script, sandbox=sandbox)
+    )
+    settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
     run_id = await activity_core.seeded.run(
         harness_profile_ref="harness.work@1.0.0", repository_grant=GRANT
     )
@@ -416,8 +429,11 @@ async def test_nothing_can_be_pushed_even_to_a_local_remote(
         f"echo x > briefs/x.md && {_COMMIT} && "
         f"(git push -q origin HEAD:refs/heads/published; echo $? > {pushed}) 2>/dev/null"
     )
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("push", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
+    # unconfined, so the remote is reachable and git's own refusal is what is tested
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml", command_profile("push", script, sandbox=UNCONFINED)
+    )
+    settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
     run_id = await activity_core.seeded.run(
         harness_profile_ref="harness.push@1.0.0", repository_grant=GRANT
     )
@@ -436,13 +452,13 @@ async def test_a_legacy_row_runs_its_table_approach_and_closes_directly(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repo = repos.make()
-    marker = tmp_path / "legacy-ran"
+    # in its sandbox: it sees the worktree at /workspace (and exits 1 if not)
     settings = worker_settings(
         tmp_path,
         repos,
         write_catalogue(
             tmp_path / "profiles.yaml",
-            legacy=_legacy_table(marker, f"test -f README.md && touch {marker}"),
+            legacy=_legacy_table(tmp_path / "m", 'test "$PWD" = /workspace -a -f README.md'),
         ),
     )
     run_id = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="legacy-ok")
@@ -454,7 +470,6 @@ async def test_a_legacy_row_runs_its_table_approach_and_closes_directly(
     assert report.selection == "legacy"
     assert report.close is not None
     assert (report.close.path, report.close.state) == ("direct", "delivered")
-    assert marker.exists()
     row = await activity_core.row(run_id)
     assert row["state"] == "succeeded"
     assert row["result"] == {
@@ -567,10 +582,8 @@ async def test_a_stop_request_abandons_a_run_that_outlasts_the_grace_period(
 ) -> None:
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    started = tmp_path / "started"
     catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile("slow", f"touch {started}; sleep 20"),
+        tmp_path / "profiles.yaml", command_profile("slow", "touch started; sleep 20")
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_shutdown_grace_seconds=0.2)
     run_id = await activity_core.seeded.run(
@@ -590,7 +603,7 @@ async def test_a_stop_request_abandons_a_run_that_outlasts_the_grace_period(
     ):
 
         async def stop_once_started() -> None:
-            while not started.exists():
+            while not started_in_a_worktree(tmp_path / "state"):
                 await anyio.sleep(0.05)
             stop.set()
 

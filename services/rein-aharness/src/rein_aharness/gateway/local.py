@@ -4,13 +4,16 @@ Per request:
 
 1. before anything exists on disk: render and check the brief path (inside the grant),
    resolve the target repository under the repositories root, snapshot its refs;
-2. create a detached worktree at the repository's HEAD commit (the baseline);
-3. run the approach (`command` or `brief`);
+2. create a detached worktree at the repository's HEAD commit (the baseline), and
+   fingerprint the git metadata the approach must not change;
+3. run the approach (`command` or `brief`) in the run's sandbox (sandbox/): if the
+   sandbox cannot be created, the attempt fails as `SandboxFailed` (reopened) before the
+   approach ran, and the worker's sandbox gate closes;
 4. inspect and judge the work (repository/acceptance.py): rejected work is discarded and
-   reported as `WorkRejected`; accepted commits land on `rein/<run-id>/<attempt>`
-   (repository/landing.py);
+   reported as `WorkRejected`; accepted commits' objects are imported into the repository
+   and land on `rein/<run-id>/<attempt>` (repository/landing.py);
 5. always, even when cancelled: put back any ref the approach changed and remove the
-   worktree.
+   worktree and its scratch directory.
 
 The returned GatewayResult 1.0 carries the execution evidence, the repository
 transaction and the executor fields (`ok`, `path`, `head_after`, `target_repo`,
@@ -34,6 +37,7 @@ from rein_aharness.gateway.errors import (
     ApproachFailed,
     ApproachTimedOut,
     GatewayRefused,
+    SandboxFailed,
     WorkRejected,
 )
 from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, repository_transaction
@@ -46,11 +50,13 @@ from rein_aharness.repository import (
     Workspace,
     WorktreeSession,
     git_environment,
+    import_objects,
     inspect_work,
     judge,
     land,
     worktree_session,
 )
+from rein_aharness.sandbox import Sandbox, SandboxUnavailable, sandbox_over
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -82,11 +88,15 @@ class LocalGlasGateway:
         worktrees_root: Path,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        bwrap: Path | None = None,
+        on_sandbox_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._root = repositories_root
         self._worktrees = worktrees_root
         self._environ = os.environ if environ is None else environ
         self._clock = clock
+        self._bwrap = bwrap
+        self._on_sandbox_failure = on_sandbox_failure
 
     async def execute(self, request: QueuedRequest) -> GatewayResult:
         started = self._clock()
@@ -124,12 +134,17 @@ class LocalGlasGateway:
         started: float,
     ) -> GatewayResult:
         workspace = session.workspace
+        sandbox = sandbox_over(workspace, request.sandbox, self._bwrap)
         failure: ApproachFailed | None = None
         try:
-            await self._run_approach(request, workspace, brief_path)
+            await self._run_approach(request, workspace, sandbox, brief_path)
         except ApproachFailed as exc:
             failure = exc
-        inspection = await inspect_work(workspace, session.refs_before)
+        except SandboxUnavailable as exc:
+            if self._on_sandbox_failure is not None:
+                self._on_sandbox_failure(exc.reason)
+            raise SandboxFailed(f"the sandbox could not be created: {exc.reason}") from None
+        inspection = await inspect_work(workspace, session.refs_before, session.metadata_before)
         elapsed = self._clock() - started
 
         def rejected(outcome: GatewayOutcome) -> GatewayResult:
@@ -147,6 +162,7 @@ class LocalGlasGateway:
         assert head is not None  # judge accepts only a commit HEAD
         if inspection.commits:
             try:
+                await import_objects(workspace, head)
                 await land(workspace.repository, head, request.run_id, request.run.attempt)
             except (LandingError, GitError) as exc:
                 raise WorkRejected(f"landing failed: {exc}", result=rejected("failed")) from None
@@ -163,12 +179,16 @@ class LocalGlasGateway:
         )
 
     async def _run_approach(
-        self, request: QueuedRequest, workspace: Workspace, brief_path: str | None
+        self,
+        request: QueuedRequest,
+        workspace: Workspace,
+        sandbox: Sandbox,
+        brief_path: str | None,
     ) -> None:
         identity = rein_identity(request)
         if brief_path is not None:
             await commit_brief(
-                workspace.path, brief_path, request.run, request.profile.ref, identity
+                workspace, brief_path, request.run, request.profile.ref, identity, sandbox
             )
             return
         spec = request.profile.command
@@ -179,9 +199,10 @@ class LocalGlasGateway:
             "REIN_TARGET_REPO": request.run.target_repo,
             "REIN_PROFILE_REF": request.profile.ref,
             **identity,
+            **sandbox.git_env(),
         }
         env = git_environment(base=approach_environment(spec, self._environ, {}), extra=run_vars)
-        outcome = await run_command(spec, workspace.path, env)
+        outcome = await run_command(spec, sandbox, env)
         log.debug(
             "command finished",
             extra={

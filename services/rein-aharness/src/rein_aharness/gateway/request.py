@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ops_contracts import OpsRun, RepositoryGrantV1
-from rein_aharness.profiles import HarnessProfile
+from rein_aharness.profiles import DEFAULT_SANDBOX_CHOICE, HarnessProfile, SandboxChoice
 
 __all__ = ["QueuedRequest", "request_id_for", "transaction_id_for"]
 
@@ -31,6 +31,7 @@ class QueuedRequest:
     run: OpsRun
     profile: HarnessProfile
     grant: RepositoryGrantV1 | None
+    sandbox: SandboxChoice = DEFAULT_SANDBOX_CHOICE
 
     @property
     def run_id(self) -> str:

@@ -7,6 +7,7 @@ repository grant.
 """
 
 from rein_aharness.profiles.catalogue import (
+    BUILTIN_SANDBOXES,
     CatalogueError,
     ProfileCatalogue,
     ProfileRefusal,
@@ -18,12 +19,16 @@ from rein_aharness.profiles.model import (
     HarnessProfile,
     LegacyApproach,
     ReinIdentity,
+    SandboxLimits,
+    SandboxProfile,
 )
 from rein_aharness.profiles.selection import (
+    DEFAULT_SANDBOX_CHOICE,
     ClosePath,
     Legacy,
     Profiled,
     Refused,
+    SandboxChoice,
     Selection,
     select_execution,
 )
@@ -31,6 +36,8 @@ from rein_aharness.profiles.templates import BRIEF_PLACEHOLDERS, render_output_p
 
 __all__ = [
     "BRIEF_PLACEHOLDERS",
+    "BUILTIN_SANDBOXES",
+    "DEFAULT_SANDBOX_CHOICE",
     "BriefSpec",
     "CatalogueError",
     "ClosePath",
@@ -43,6 +50,9 @@ __all__ = [
     "Profiled",
     "Refused",
     "ReinIdentity",
+    "SandboxChoice",
+    "SandboxLimits",
+    "SandboxProfile",
     "Selection",
     "load_catalogue",
     "render_output_path",

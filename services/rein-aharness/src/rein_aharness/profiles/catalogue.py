@@ -15,9 +15,27 @@ import yaml
 from pydantic import ValidationError
 
 from ops_contracts import harness_profile_ref_error
-from rein_aharness.profiles.model import CatalogueFile, HarnessProfile, LegacyApproach
+from rein_aharness.profiles.model import (
+    CatalogueFile,
+    HarnessProfile,
+    LegacyApproach,
+    SandboxProfile,
+)
 
-__all__ = ["CatalogueError", "ProfileCatalogue", "ProfileRefusal", "load_catalogue"]
+__all__ = [
+    "BUILTIN_SANDBOXES",
+    "CatalogueError",
+    "ProfileCatalogue",
+    "ProfileRefusal",
+    "load_catalogue",
+]
+
+# Present in every catalogue; a catalogue's `sandbox_profiles` may redefine them (to tune
+# the bounds, say) and add others (a bwrap profile with `network: true`).
+BUILTIN_SANDBOXES: Mapping[str, SandboxProfile] = {
+    "profile.bwrap-local": SandboxProfile(kind="bwrap"),
+    "profile.none-local": SandboxProfile(kind="none"),
+}
 
 MAX_CATALOGUE_BYTES = 1024 * 1024
 _SHOWN_REF_CHARS = 80
@@ -67,15 +85,38 @@ def _location(loc: tuple[int | str, ...]) -> str:
 
 
 class ProfileCatalogue:
-    """The pinned profiles by ref, and the legacy approach table by `approach_hint`."""
+    """The pinned profiles by ref, the legacy approach table by `approach_hint`, and the
+    sandbox profiles they run in (every name a profile uses exists: checked at load)."""
 
     def __init__(
         self,
         profiles: Mapping[str, HarnessProfile],
         legacy_approaches: Mapping[str, LegacyApproach] | None = None,
+        sandboxes: Mapping[str, SandboxProfile] | None = None,
     ) -> None:
         self._profiles = dict(profiles)
         self._legacy = dict(legacy_approaches or {})
+        self._sandboxes = {**BUILTIN_SANDBOXES, **(sandboxes or {})}
+        for where, name in self._sandbox_uses():
+            if name not in self._sandboxes:
+                raise CatalogueError(f"{where}: sandbox_profile {name!r} is not defined")
+
+    def _sandbox_uses(self) -> list[tuple[str, str]]:
+        uses = [(f"profile {ref}", p.sandbox_profile) for ref, p in self._profiles.items()]
+        uses += [
+            (f"legacy_approaches.{hint}", a.sandbox_profile) for hint, a in self._legacy.items()
+        ]
+        return uses
+
+    def sandbox(self, name: str) -> SandboxProfile:
+        """The sandbox profile `name` (it exists for every profile of this catalogue)."""
+        return self._sandboxes[name]
+
+    def profile_sandbox_names(self) -> frozenset[str]:
+        return frozenset(profile.sandbox_profile for profile in self._profiles.values())
+
+    def legacy_sandbox_names(self) -> frozenset[str]:
+        return frozenset(approach.sandbox_profile for approach in self._legacy.values())
 
     @classmethod
     def from_data(cls, data: object) -> ProfileCatalogue:
@@ -91,7 +132,7 @@ class ProfileCatalogue:
             if profile.ref in profiles:
                 raise CatalogueError(f"profiles[{index}]: {profile.ref} is listed twice")
             profiles[profile.ref] = profile
-        return cls(profiles, parsed.legacy_approaches)
+        return cls(profiles, parsed.legacy_approaches, parsed.sandbox_profiles)
 
     @classmethod
     def from_yaml(cls, text: str) -> ProfileCatalogue:

@@ -23,6 +23,7 @@ from ops_contracts import harness_profile_ref_error
 from rein_aharness.profiles.templates import template_error
 
 __all__ = [
+    "DEFAULT_SANDBOX",
     "MAX_OUTPUT_BYTES",
     "BriefSpec",
     "CatalogueFile",
@@ -30,6 +31,8 @@ __all__ = [
     "HarnessProfile",
     "LegacyApproach",
     "ReinIdentity",
+    "SandboxLimits",
+    "SandboxProfile",
 ]
 
 # What the command approach keeps of a command's combined output, for the worker's own
@@ -75,6 +78,44 @@ def _output_template(value: str) -> str:
     if problem is not None:
         raise ValueError(problem)
     return value
+
+
+# The sandbox every shipped profile runs in, unless the profile names another.
+DEFAULT_SANDBOX = "profile.bwrap-local"
+
+SandboxName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,127}$")]
+
+
+class SandboxLimits(BaseModel):
+    """Resource bounds applied to the approach inside its sandbox (setrlimit on its first
+    process, inherited by everything it starts; with a root worker the process bound is a
+    pids cgroup, since the kernel exempts root from RLIMIT_NPROC)."""
+
+    model_config = _STRICT
+
+    cpu_seconds: int = Field(default=600, ge=1, le=86_400)
+    address_space_mb: int = Field(default=4096, ge=64, le=1_048_576)
+    processes: int = Field(default=256, ge=8, le=65_536)
+    file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    open_files: int = Field(default=1024, ge=16, le=65_536)
+
+
+class SandboxProfile(BaseModel):
+    """How an approach is confined: `bwrap` (bubblewrap, namespaces, no network unless
+    `network: true`) or `none` (development only: refused unless the worker is started
+    with REIN_AHARNESS_ALLOW_UNSANDBOXED=1)."""
+
+    model_config = _STRICT
+
+    kind: Literal["bwrap", "none"]
+    network: bool = False
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SandboxProfile:
+        if self.kind == "none" and self.network:
+            raise ValueError("`network` is for bwrap sandboxes; kind none confines nothing")
+        return self
 
 
 class ReinIdentity(BaseModel):
@@ -126,7 +167,7 @@ class HarnessProfile(BaseModel):
     approach: Literal["command", "brief"]
     command: CommandSpec | None = None
     brief: BriefSpec | None = None
-    sandbox_profile: Identifier
+    sandbox_profile: SandboxName = DEFAULT_SANDBOX
     resolved_model: Identifier | None
     rein: ReinIdentity
 
@@ -158,10 +199,14 @@ class LegacyApproach(BaseModel):
 
     approach: Literal["command"]
     command: CommandSpec
+    sandbox_profile: SandboxName = DEFAULT_SANDBOX
 
 
 class CatalogueFile(BaseModel):
     model_config = _STRICT
 
     profiles: list[HarnessProfile] = Field(max_length=1000)
+    sandbox_profiles: dict[SandboxName, SandboxProfile] = Field(
+        default_factory=dict, max_length=100
+    )
     legacy_approaches: dict[LegacyHint, LegacyApproach] = Field(default_factory=dict)

@@ -2,8 +2,9 @@
 
 from rein_aharness.repository.acceptance import Verdict, WorkInspection, inspect_work, judge
 from rein_aharness.repository.git import GitError, git, git_environment
-from rein_aharness.repository.landing import LandingError, land, landing_ref
+from rein_aharness.repository.landing import LandingError, import_objects, land, landing_ref
 from rein_aharness.repository.locate import Repository, RepositoryNotFound, resolve_repository
+from rein_aharness.repository.metadata import changed_metadata, snapshot_metadata
 from rein_aharness.repository.refs import changed_refs, restore_refs, snapshot_refs
 from rein_aharness.repository.session import WorktreeSession, worktree_session
 from rein_aharness.repository.worktree import (
@@ -22,10 +23,12 @@ __all__ = [
     "WorkInspection",
     "Workspace",
     "WorktreeSession",
+    "changed_metadata",
     "changed_refs",
     "discard_workspace",
     "git",
     "git_environment",
+    "import_objects",
     "inspect_work",
     "judge",
     "land",
@@ -33,6 +36,7 @@ __all__ = [
     "open_workspace",
     "resolve_repository",
     "restore_refs",
+    "snapshot_metadata",
     "snapshot_refs",
     "sweep_worktrees",
     "worktree_session",

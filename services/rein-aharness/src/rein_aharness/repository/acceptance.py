@@ -5,6 +5,8 @@ reason given):
 
 1. no ref of the target repository changed (nothing published, no branch or tag made:
    see refs.py);
+1b. no git metadata that steers git changed (config, hooks, info, alternates, the
+   worktree's links: see metadata.py);
 2. the worktree HEAD is a commit that descends from the baseline;
 3. the commits between them form a chain without merges;
 4. their number lies within the grant's `commit_count` (no grant: zero commits);
@@ -20,10 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
+
 from ops_contracts import RepositoryGrantV1, path_allowed, repository_path_error
 from ops_contracts.grant import MAX_COMMIT_COUNT
 from ops_evidence.fields import accepted_path_list
 from rein_aharness.repository.git import GitError, git, git_text
+from rein_aharness.repository.metadata import (
+    MetadataSnapshot,
+    changed_metadata,
+    snapshot_metadata,
+)
 from rein_aharness.repository.refs import RefSnapshot, changed_refs, snapshot_refs
 from rein_aharness.repository.worktree import Workspace
 
@@ -43,6 +52,7 @@ class WorkInspection:
     paths: tuple[str, ...]  # sorted, unique
     ref_changes: tuple[str, ...]
     refs_after: RefSnapshot
+    metadata_changes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,10 +61,15 @@ class Verdict:
     reason: str | None = None
 
 
-async def inspect_work(workspace: Workspace, refs_before: RefSnapshot) -> WorkInspection:
+async def inspect_work(
+    workspace: Workspace, refs_before: RefSnapshot, metadata_before: MetadataSnapshot
+) -> WorkInspection:
     refs_after = await snapshot_refs(workspace.repository)
     changes = tuple(changed_refs(refs_before, refs_after))
+    metadata_after = await anyio.to_thread.run_sync(snapshot_metadata, workspace)
+    metadata_changes = tuple(changed_metadata(metadata_before, metadata_after))
     baseline = workspace.baseline
+    env = workspace.git_env()
 
     def result(**fields: object) -> WorkInspection:
         base: dict[str, object] = {
@@ -67,22 +82,23 @@ async def inspect_work(workspace: Workspace, refs_before: RefSnapshot) -> WorkIn
             "paths": (),
             "ref_changes": changes,
             "refs_after": refs_after,
+            "metadata_changes": metadata_changes,
         }
         base.update(fields)
         return WorkInspection(**base)  # type: ignore[arg-type]
 
     try:
-        head = await git_text(workspace.path, "rev-parse", "--verify", "HEAD^{commit}")
+        head = await git_text(workspace.path, "rev-parse", "--verify", "HEAD^{commit}", env=env)
     except GitError:
         return result()
     if not await _is_ancestor(workspace, baseline, head):
         return result(head_after=head)
     span = f"{baseline}..{head}"
-    count = int(await git_text(workspace.path, "rev-list", "--count", span))
-    merges = bool(await git_text(workspace.path, "rev-list", "--min-parents=2", span))
+    count = int(await git_text(workspace.path, "rev-list", "--count", span, env=env))
+    merges = bool(await git_text(workspace.path, "rev-list", "--min-parents=2", span, env=env))
     if count > MAX_COMMIT_COUNT or merges:
         return result(head_after=head, descends=True, commit_count=count, merges=merges)
-    listed = await git_text(workspace.path, "rev-list", "--reverse", span)
+    listed = await git_text(workspace.path, "rev-list", "--reverse", span, env=env)
     commits = tuple(listed.split()) if listed else ()
     paths: set[str] = set()
     for commit in commits:
@@ -99,7 +115,14 @@ async def inspect_work(workspace: Workspace, refs_before: RefSnapshot) -> WorkIn
 
 async def _is_ancestor(workspace: Workspace, ancestor: str, descendant: str) -> bool:
     try:
-        await git(workspace.path, "merge-base", "--is-ancestor", ancestor, descendant)
+        await git(
+            workspace.path,
+            "merge-base",
+            "--is-ancestor",
+            ancestor,
+            descendant,
+            env=workspace.git_env(),
+        )
     except GitError as exc:
         if exc.returncode == 1:
             return False
@@ -118,6 +141,7 @@ async def _touched_paths(workspace: Workspace, commit: str) -> set[str]:
         "--no-commit-id",
         "--name-status",
         commit,
+        env=workspace.git_env(),
     )
     fields = raw.decode("utf-8", "surrogateescape").split("\x00")
     paths: set[str] = set()
@@ -142,6 +166,12 @@ def judge(inspection: WorkInspection, grant: RepositoryGrantV1 | None) -> Verdic
             False,
             "the approach changed refs of the target repository (publishing, branching and "
             f"tagging are not granted): {_shown(list(inspection.ref_changes))}",
+        )
+    if inspection.metadata_changes:
+        return Verdict(
+            False,
+            "the approach changed the repository's git metadata (hooks, config and the "
+            f"worktree's links are not its to change): {_shown(list(inspection.metadata_changes))}",
         )
     if inspection.head_after is None:
         return Verdict(False, "the worktree HEAD is not a commit")

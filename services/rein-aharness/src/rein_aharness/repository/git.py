@@ -2,8 +2,10 @@
 
 Every call gets an environment with the worker's `GIT_*` variables removed (a stray
 `GIT_DIR` or `GIT_INDEX_FILE` would point git at another repository), no terminal
-prompts, no system config, and `protocol.allow=never`, which makes every fetch, push and
-clone fail, local paths and `file://` included: the worker never publishes.
+prompts, no system or user config (only the repository's, which no approach can
+change: see metadata.py), no hooks, no fsmonitor, and `protocol.allow=never`, which
+makes every fetch, push and clone fail, local paths and `file://` included: the worker
+never publishes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _FORCED_CONFIG: tuple[tuple[str, str], ...] = (
     ("commit.gpgSign", "false"),
     ("tag.gpgSign", "false"),
     ("advice.detachedHead", "false"),
+    ("core.fsmonitor", "false"),
 )
 
 
@@ -52,6 +55,7 @@ def git_environment(
         {
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
             "GIT_OPTIONAL_LOCKS": "0",
             "GIT_CONFIG_COUNT": str(len(_FORCED_CONFIG)),
         }

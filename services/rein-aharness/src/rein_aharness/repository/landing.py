@@ -16,13 +16,34 @@ from __future__ import annotations
 
 from rein_aharness.repository.git import GitError, git, git_text
 from rein_aharness.repository.locate import Repository
-from rein_aharness.repository.worktree import repository_lock
+from rein_aharness.repository.worktree import Workspace, repository_lock
 
-__all__ = ["LandingError", "land", "landing_ref"]
+__all__ = ["LandingError", "import_objects", "land", "landing_ref"]
 
 
 class LandingError(Exception):
     """The landing branch exists and points elsewhere; nothing was changed."""
+
+
+async def import_objects(workspace: Workspace, head_after: str) -> None:
+    """Copy the objects of accepted work into the repository, checked.
+
+    The approach wrote its objects to the run's private object directory (it cannot write
+    the repository's). Only what `head_after` reaches beyond the baseline is packed, and
+    `index-pack --strict` refuses a malformed object or a missing link, so nothing else
+    the approach left there (or crafted) reaches the repository.
+    """
+    wanted = f"{head_after}\n^{workspace.baseline}\n".encode("ascii")
+    pack = await git(
+        workspace.path,
+        "pack-objects",
+        "--revs",
+        "--stdout",
+        "-q",
+        env=workspace.git_env(),
+        stdin=wanted,
+    )
+    await git(workspace.repository.path, "index-pack", "--stdin", "--strict", stdin=pack)
 
 
 def landing_ref(run_id: str, attempt: int) -> str:

@@ -21,6 +21,7 @@ import anyio
 
 from rein_aharness.repository.git import GitError
 from rein_aharness.repository.locate import Repository, resolve_repository
+from rein_aharness.repository.metadata import MetadataSnapshot, snapshot_metadata
 from rein_aharness.repository.refs import (
     RefSnapshot,
     changed_refs,
@@ -39,6 +40,7 @@ class WorktreeSession:
     repository: Repository
     workspace: Workspace
     refs_before: RefSnapshot
+    metadata_before: MetadataSnapshot
 
 
 @asynccontextmanager
@@ -50,7 +52,8 @@ async def worktree_session(
     refs_before = await snapshot_refs(repository)
     workspace = await open_workspace(repository, worktrees_root, name)
     try:
-        yield WorktreeSession(repository, workspace, refs_before)
+        metadata_before = await anyio.to_thread.run_sync(snapshot_metadata, workspace)
+        yield WorktreeSession(repository, workspace, refs_before, metadata_before)
     finally:
         with anyio.CancelScope(shield=True):
             await _put_refs_back(repository, refs_before)

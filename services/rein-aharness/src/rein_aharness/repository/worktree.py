@@ -1,8 +1,13 @@
 """A fresh, detached git worktree per run attempt, and its removal.
 
 Worktrees live under the worker's private state (`<state>/worktrees/<run-id>.<attempt>`),
-never inside a target checkout. They are detached at the baseline (the target
-repository's HEAD commit), so creating one adds no ref. Worktree administration (add,
+never inside a target checkout, each with a scratch directory beside it
+(`<run-id>.<attempt>.scratch`): the approach's private object directory, and the `.git`
+file its sandbox shows (written by sandbox/process.py). The worker's own git calls in a
+worktree name its git dir and work tree explicitly (`Workspace.git_env`), so a `.git`
+file the approach rewrote can never point the worker's git at another repository or
+config. Worktrees are detached at the baseline (the target repository's HEAD commit), so
+creating one adds no ref. Worktree administration (add,
 remove, prune) and landing hold an exclusive `flock` on the repository's git common
 directory, so two workers sharing a repository never race on its metadata; nothing is
 written into the repository for the lock.
@@ -27,9 +32,17 @@ from rein_aharness.outbox.paths import ensure_private_dir
 from rein_aharness.repository.git import GitError, git, git_text
 from rein_aharness.repository.locate import Repository, RepositoryNotFound
 
-__all__ = ["Workspace", "discard_workspace", "open_workspace", "repository_lock", "sweep_worktrees"]
+__all__ = [
+    "Workspace",
+    "discard_workspace",
+    "open_workspace",
+    "repository_lock",
+    "scratch_path",
+    "sweep_worktrees",
+]
 
 _POLL_SECONDS = 0.05
+SCRATCH_SUFFIX = ".scratch"
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,30 @@ class Workspace:
     repository: Repository
     path: Path
     baseline: str  # full object id of the commit the worktree started at
+    admin_dir: Path  # <common>/worktrees/<name>: the worktree's HEAD, index and logs
+    scratch: Path  # <path>.scratch: objects/ and the sandbox's dotgit file
+
+    @property
+    def objects_dir(self) -> Path:
+        """Where the approach's git writes new objects (an alternate for the worker)."""
+        return self.scratch / "objects"
+
+    @property
+    def dotgit_file(self) -> Path:
+        return self.scratch / "dotgit"
+
+    def git_env(self) -> dict[str, str]:
+        """The worker's git in this worktree: explicit git dir, work tree and the
+        approach's objects as an alternate (read, never trusted to be complete)."""
+        return {
+            "GIT_DIR": os.fspath(self.admin_dir),
+            "GIT_WORK_TREE": os.fspath(self.path),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.fspath(self.objects_dir),
+        }
+
+
+def scratch_path(path: Path) -> Path:
+    return path.with_name(path.name + SCRATCH_SUFFIX)
 
 
 @asynccontextmanager
@@ -61,9 +98,11 @@ async def open_workspace(repository: Repository, worktrees_root: Path, name: str
     """Create `<worktrees_root>/<name>` detached at the repository's HEAD commit."""
     ensure_private_dir(worktrees_root)
     path = worktrees_root / name
-    if path.exists() or path.is_symlink():
-        # A leftover of a run killed mid-execution: never reuse it.
-        await anyio.to_thread.run_sync(_remove_tree, path)
+    scratch = scratch_path(path)
+    for leftover in (path, scratch):
+        if leftover.exists() or leftover.is_symlink():
+            # A leftover of a run killed mid-execution: never reuse it.
+            await anyio.to_thread.run_sync(_remove_tree, leftover)
     async with repository_lock(repository):
         await git(repository.path, "worktree", "prune")
         try:
@@ -73,7 +112,15 @@ async def open_workspace(repository: Repository, worktrees_root: Path, name: str
                 f"target_repo {repository.target_repo!r} has no commit at HEAD"
             ) from None
         await git(repository.path, "worktree", "add", "--detach", os.fspath(path), baseline)
-    return Workspace(repository=repository, path=path, baseline=baseline)
+        admin = Path(await git_text(path, "rev-parse", "--absolute-git-dir"))
+    workspace = Workspace(repository, path, baseline, admin_dir=admin, scratch=scratch)
+    await anyio.to_thread.run_sync(_make_scratch, workspace)
+    return workspace
+
+
+def _make_scratch(workspace: Workspace) -> None:
+    workspace.scratch.mkdir(mode=0o700)
+    workspace.objects_dir.mkdir(mode=0o700)
 
 
 async def discard_workspace(workspace: Workspace) -> None:
@@ -93,6 +140,7 @@ async def discard_workspace(workspace: Workspace) -> None:
                     os.fspath(workspace.path),
                 )
             await anyio.to_thread.run_sync(_remove_tree, workspace.path)
+            await anyio.to_thread.run_sync(_remove_tree, workspace.scratch)
             with suppress(GitError):
                 await git(workspace.repository.path, "worktree", "prune")
 

@@ -31,6 +31,7 @@ from rein_aharness.outbox.locking import ensure_lock_file
 from rein_aharness.outbox.paths import default_state_dir
 from rein_aharness.profiles import CatalogueError, ProfileCatalogue, load_catalogue
 from rein_aharness.repository import sweep_worktrees
+from rein_aharness.sandbox import SandboxGate, resolve_bwrap
 from rein_aharness.settings import Settings, SettingsProblem
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
@@ -133,6 +134,10 @@ async def open_worker(
         timeout_seconds=30.0,
         retry=retry,
     )
+    bwrap = resolve_bwrap(settings.rein_aharness_bwrap)
+    gate = SandboxGate.for_catalogue(
+        catalogue, bwrap, local_profiles=settings.rein_aharness_glas_url is None
+    )
     gateway: GlasGateway
     remote: HttpGlasGateway | None = None
     if settings.rein_aharness_glas_url is not None:
@@ -151,6 +156,8 @@ async def open_worker(
             repositories_root=settings.rein_aharness_repositories_root,
             worktrees_root=worktrees_root,
             environ=environ,
+            bwrap=bwrap,
+            on_sandbox_failure=gate.report_failure,
         )
     sink: HttpEventSink | None = None
     events: EventSink
@@ -171,12 +178,17 @@ async def open_worker(
                 repositories_root=settings.rein_aharness_repositories_root,
                 worktrees_root=worktrees_root,
                 environ=environ,
+                bwrap=bwrap,
+                on_sandbox_failure=gate.report_failure,
             ),
             closer=closer,
             worker_id=worker_id,
             lease_seconds=config.lease_seconds,
+            allow_unsandboxed=settings.rein_aharness_allow_unsandboxed,
         )
-        worker = Worker(config=config, client=client, closer=closer, processor=processor)
+        worker = Worker(
+            config=config, client=client, closer=closer, processor=processor, sandbox_gate=gate
+        )
         yield WorkerRuntime(worker, store, state_dir, worktrees_root)
     finally:
         with anyio.CancelScope(shield=True):

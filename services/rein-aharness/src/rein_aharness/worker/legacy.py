@@ -2,7 +2,8 @@
 
 A row with neither `harness_profile_ref` nor `repository_grant` is matched by its
 `approach_hint` against `legacy_approaches` in the catalogue file. The approach is a
-`command` run in a fresh worktree like a profiled one, but with no repository authority:
+`command` run in a fresh worktree and sandbox like a profiled one, but with no repository
+authority:
 the run has no grant, so any commit or ref change is rejected and discarded. Its result
 is the plain executor result (`ok`, `target_repo`, `head_after`, `committed: false`)
 with no execution evidence: the hint never becomes a profile ref. Its close is direct,
@@ -14,7 +15,7 @@ Retire an entry once its definition declares a `harness_profile_ref`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rein_aharness.gateway.errors import (
     ApproachFailed,
     ApproachTimedOut,
     GatewayRefused,
+    SandboxFailed,
     WorkRejected,
 )
 from rein_aharness.profiles import Legacy
@@ -34,6 +36,7 @@ from rein_aharness.repository import (
     judge,
     worktree_session,
 )
+from rein_aharness.sandbox import SandboxUnavailable, sandbox_over
 
 __all__ = ["LegacyRunner"]
 
@@ -52,10 +55,14 @@ class LegacyRunner:
         repositories_root: Path | None,
         worktrees_root: Path,
         environ: Mapping[str, str] | None = None,
+        bwrap: Path | None = None,
+        on_sandbox_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._root = repositories_root
         self._worktrees = worktrees_root
         self._environ = os.environ if environ is None else environ
+        self._bwrap = bwrap
+        self._on_sandbox_failure = on_sandbox_failure
 
     async def execute(self, run: OpsRun, selection: Legacy) -> dict[str, Any]:
         """The executor result; a GatewayError subclass when the run is to be failed."""
@@ -67,22 +74,31 @@ class LegacyRunner:
                 self._root, self._worktrees, run.target_repo, f"{run.id}.{run.attempt}"
             )
             async with session as opened:
+                sandbox = sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
                 run_vars = {
                     "REIN_RUN_ID": str(run.id),
                     "REIN_RUN_ATTEMPT": str(run.attempt),
                     "REIN_TARGET_REPO": run.target_repo,
                     "REIN_APPROACH_HINT": selection.approach_hint,
                     **_IDENTITY,
+                    **sandbox.git_env(),
                 }
                 env = git_environment(
                     base=approach_environment(spec, self._environ, {}), extra=run_vars
                 )
-                outcome = await run_command(spec, opened.workspace.path, env)
+                try:
+                    outcome = await run_command(spec, sandbox, env)
+                except SandboxUnavailable as exc:
+                    if self._on_sandbox_failure is not None:
+                        self._on_sandbox_failure(exc.reason)
+                    raise SandboxFailed(f"the sandbox could not be created: {exc.reason}") from None
                 if outcome.timed_out:
                     raise ApproachTimedOut(f"the command timed out after {spec.timeout_s:g} s")
                 if outcome.returncode != 0:
                     raise ApproachFailed(f"the command exited with status {outcome.returncode}")
-                inspection = await inspect_work(opened.workspace, opened.refs_before)
+                inspection = await inspect_work(
+                    opened.workspace, opened.refs_before, opened.metadata_before
+                )
                 verdict = judge(inspection, None)
                 if not verdict.accepted:
                     raise WorkRejected(verdict.reason or "rejected")

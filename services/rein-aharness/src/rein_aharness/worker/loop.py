@@ -5,10 +5,13 @@ Each turn:
 1. **Replay first.** Pending closes are delivered before anything is claimed. If the
    pass is stopped by an outage or an auth failure, nothing is claimed: the loop backs
    off and tries the replay again (`--once`: it returns).
-2. **Claim** one run (labels, labels_mode, lease, long-poll `wait_seconds`). A stop
+2. **Sandbox gate.** While a sandbox the catalogue needs cannot be created
+   (sandbox/gate.py), nothing is claimed: the loop backs off, replays and probes again
+   (`--once`: it returns).
+3. **Claim** one run (labels, labels_mode, lease, long-poll `wait_seconds`). A stop
    request cancels a long-poll in flight; should the queue have granted a claim that
    the cancelled request never saw, its lease simply expires.
-3. **Process** it (processor.py). On a stop request the current run gets
+4. **Process** it (processor.py). On a stop request the current run gets
    `shutdown_grace_seconds` to finish; after that it is abandoned cleanly: the
    execution is cancelled, its worktree removed, nothing is closed and the lease
    expires. A close that has begun is never cut short.
@@ -34,6 +37,7 @@ from rein_aharness.adapters.queue_errors import (
     QueueProtocolError,
     QueueTransientError,
 )
+from rein_aharness.sandbox import SandboxGate
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.processor import RunProcessor, RunReport
 
@@ -63,8 +67,10 @@ class Worker:
         client: ActivityCoreQueueClient,
         closer: Closer,
         processor: RunProcessor,
+        sandbox_gate: SandboxGate | None = None,
     ) -> None:
         self._config = config
+        self._gate = sandbox_gate
         self._client = client
         self._closer = closer
         self._processor = processor
@@ -78,6 +84,11 @@ class Worker:
                 return
             if replay.stopped_early:
                 log.warning("activity-core unreachable while replaying closes; not claiming")
+                if once:
+                    return
+                await _sleep_unless(stop, self._config.outage_backoff_seconds)
+                continue
+            if self._gate is not None and not await self._gate.ready():
                 if once:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)

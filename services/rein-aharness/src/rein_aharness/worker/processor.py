@@ -73,6 +73,7 @@ class RunProcessor:
         closer: Closer,
         worker_id: str,
         lease_seconds: int,
+        allow_unsandboxed: bool = False,
     ) -> None:
         self._client = client
         self._catalogue = catalogue
@@ -81,10 +82,13 @@ class RunProcessor:
         self._closer = closer
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
+        self._allow_unsandboxed = allow_unsandboxed
 
     async def process(self, run: OpsRun) -> RunReport:
         run_id = str(run.id)
-        selection = select_execution(run, self._catalogue)
+        selection = select_execution(
+            run, self._catalogue, allow_unsandboxed=self._allow_unsandboxed
+        )
         if isinstance(selection, Refused):
             log.info(
                 "run refused before execution", extra={"run_id": run_id, "reason": selection.reason}
@@ -93,7 +97,7 @@ class RunProcessor:
             return RunReport(run_id, "refused", close)
 
         if isinstance(selection, Profiled):
-            request = QueuedRequest(run, selection.profile, selection.grant)
+            request = QueuedRequest(run, selection.profile, selection.grant, selection.sandbox)
             executed, lost = await self._leased(run, lambda: self._gateway.execute(request))
             if lost is not None:
                 return RunReport(run_id, "profiled", None, lease_lost=lost)

@@ -1,9 +1,10 @@
 """The `brief` approach: a deterministic markdown brief from the run, committed once.
 
 The same run always renders the same bytes: title, description and the run's identity,
-nothing time- or host-dependent. The file is written inside the worktree only (every
-parent directory must be a real directory in it, never a symlink out of it) and
-committed as one commit with the rein's identity.
+nothing time- or host-dependent. The worker writes the file inside the worktree only
+(every parent directory must be a real directory in it, never a symlink out of it); the
+approach's git (`add`, `commit`) runs in the run's sandbox like any command, so it writes
+only the run's own objects, index and HEAD. One commit, with the rein's identity.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ from pathlib import Path
 import anyio
 
 from ops_contracts import OpsRun
-from rein_aharness.gateway.errors import ApproachFailed
+from rein_aharness.gateway.approaches.command import run_in_sandbox
+from rein_aharness.gateway.errors import ApproachFailed, ApproachTimedOut
 from rein_aharness.profiles.templates import activity_id, fire_date
-from rein_aharness.repository.git import git
+from rein_aharness.repository import GitError, Workspace, git, git_environment
+from rein_aharness.sandbox import Sandbox
 
 __all__ = ["commit_brief", "render_brief"]
+
+# How long each of the brief's git commands may take in the sandbox.
+GIT_TIMEOUT_SECONDS = 120.0
+_SANDBOX_PATH = "/usr/bin:/bin"
 
 # Control characters other than newline and tab have no place in a markdown file.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -70,23 +77,36 @@ def _write_inside(worktree: Path, relative: str, content: bytes) -> None:
 
 
 async def commit_brief(
-    worktree: Path, relative: str, run: OpsRun, profile_ref: str, identity: Mapping[str, str]
+    workspace: Workspace,
+    relative: str,
+    run: OpsRun,
+    profile_ref: str,
+    identity: Mapping[str, str],
+    sandbox: Sandbox,
 ) -> None:
     """Write and commit the brief; ApproachFailed if it is unchanged (nothing to commit)."""
     content = render_brief(run).encode("utf-8")
-    await anyio.to_thread.run_sync(_write_inside, worktree, relative, content)
-    await git(worktree, "add", "--", relative)
-    status = await git(worktree, "status", "--porcelain", "--", relative)
-    if not status.strip():
+    await anyio.to_thread.run_sync(_write_inside, workspace.path, relative, content)
+    env = git_environment(base={"PATH": _SANDBOX_PATH}, extra={**identity, **sandbox.git_env()})
+    await _sandboxed_git(sandbox, env, "add", "--", relative)
+    try:
+        await git(
+            workspace.path, "diff", "--cached", "--quiet", "--", relative, env=workspace.git_env()
+        )
+    except GitError as exc:
+        if exc.returncode != 1:
+            raise
+    else:
         raise ApproachFailed(f"the brief at {relative} is already up to date: nothing to commit")
-    await git(
-        worktree,
-        "commit",
-        "--no-verify",
-        "--quiet",
-        "-m",
-        _commit_message(run, profile_ref),
-        "--",
-        relative,
-        env=identity,
+    message = _commit_message(run, profile_ref)
+    await _sandboxed_git(
+        sandbox, env, "commit", "--no-verify", "--quiet", "-m", message, "--", relative
     )
+
+
+async def _sandboxed_git(sandbox: Sandbox, env: Mapping[str, str], *args: str) -> None:
+    outcome = await run_in_sandbox(["git", *args], GIT_TIMEOUT_SECONDS, sandbox, env)
+    if outcome.timed_out:
+        raise ApproachTimedOut(f"git {args[0]} timed out after {GIT_TIMEOUT_SECONDS:g} s")
+    if outcome.returncode != 0:
+        raise ApproachFailed(f"git {args[0]} exited with status {outcome.returncode}")

@@ -1,27 +1,23 @@
-"""The `command` approach: run the profile's argv in the run's worktree, with a timeout.
+"""The `command` approach: run the profile's argv in the run's sandbox, with a timeout.
 
-No shell. The process gets its own session (process group), so a timeout, a lost lease
-or a shutdown kills it and everything it started. Its combined stdout/stderr is read as
-it comes (a full pipe would stall it) and only the last `MAX_OUTPUT_BYTES` are kept, for
-the worker's debug log: the output never enters a result, the outbox or Activity Core.
+No shell. The sandbox (sandbox/process.py) starts it in a session of its own and ends it
+with everything it started, on success too: a timeout, a lost lease or a shutdown kills
+the whole sandbox. Its combined stdout/stderr is read as it comes (a full pipe would
+stall it) and only the last `MAX_OUTPUT_BYTES` are kept, for the worker's debug log: the
+output never enters a result, the outbox or Activity Core.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
-from anyio.abc import Process
 
 from rein_aharness.profiles.model import MAX_OUTPUT_BYTES, CommandSpec
+from rein_aharness.sandbox import Sandbox
 
-__all__ = ["CommandOutcome", "approach_environment", "run_command"]
+__all__ = ["CommandOutcome", "approach_environment", "run_command", "run_in_sandbox"]
 
 
 @dataclass(frozen=True)
@@ -41,20 +37,20 @@ def approach_environment(
     return env
 
 
-async def run_command(spec: CommandSpec, cwd: Path, env: Mapping[str, str]) -> CommandOutcome:
-    process = await anyio.open_process(
-        list(spec.argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+async def run_command(
+    spec: CommandSpec, sandbox: Sandbox, env: Mapping[str, str]
+) -> CommandOutcome:
+    return await run_in_sandbox(spec.argv, spec.timeout_s, sandbox, env)
+
+
+async def run_in_sandbox(
+    argv: Sequence[str], timeout_s: float, sandbox: Sandbox, env: Mapping[str, str]
+) -> CommandOutcome:
+    """Run `argv` in `sandbox`; SandboxUnavailable if the sandbox cannot be created."""
     tail = bytearray()
     total = 0
-    try:
-        with anyio.move_on_after(spec.timeout_s) as scope:
+    async with sandbox.process(argv, env) as process:
+        with anyio.move_on_after(timeout_s) as scope:
             assert process.stdout is not None
             async for chunk in process.stdout:
                 total += len(chunk)
@@ -63,20 +59,10 @@ async def run_command(spec: CommandSpec, cwd: Path, env: Mapping[str, str]) -> C
                     del tail[: len(tail) - MAX_OUTPUT_BYTES]
             await process.wait()
         timed_out = scope.cancelled_caught
-    finally:
-        # Also on success: a background child of the command must not outlive the run.
-        with anyio.CancelScope(shield=True):
-            await _kill_group(process)
+        returncode = None if timed_out else process.returncode
     return CommandOutcome(
-        returncode=None if timed_out else process.returncode,
+        returncode=returncode,
         timed_out=timed_out,
         output_bytes=total,
         output_tail=bytes(tail),
     )
-
-
-async def _kill_group(process: Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
-    await process.aclose()

@@ -1,0 +1,153 @@
+"""The bubblewrap command line of one sandboxed approach (pure, given the host's layout).
+
+What the approach gets, in mount order (later mounts cover earlier ones):
+
+| path                       | what                                                        |
+| -------------------------- | ----------------------------------------------------------- |
+| `/`                        | an empty tmpfs, remounted read-only at the end              |
+| `/usr`, `/bin`, `/lib*`    | the host's, read-only (symlinks where the host has them)    |
+| `/etc/<a few entries>`     | read-only: users, groups, loader cache, time zone,          |
+|                            | alternatives; DNS and CA certificates only with network     |
+| `/proc`, `/dev`, `/tmp`    | its own: its PID namespace's proc, a minimal dev, a tmpfs   |
+| `/repository.git`          | the repository's git dir, read-only; its `worktrees/` shows |
+|                            | only this run's entry                                       |
+| `.../worktrees/<name>`     | read-write (HEAD, index, logs); `commondir`, `gitdir` not   |
+| `/objects`                 | the run's private object directory, read-write              |
+| `/workspace`               | the run's worktree, read-write; the working directory       |
+| `/workspace/.git`          | read-only, pointing at `/repository.git/worktrees/<name>`   |
+
+Nothing else of the host exists inside: no /home, no state directory, no outbox, no
+credentials, no other worktree. Every namespace is unshared (user, mount, PID, network,
+IPC, UTS, cgroup); `--share-net` only for a profile with `network: true`. No capabilities,
+no nested user namespaces, a new session (no terminal injection), and the sandbox dies
+with the worker. bwrap waits on `block_fd` until the worker has applied the resource
+bounds to its first process, and reports that process's pid on `status_fd`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rein_aharness.profiles import SandboxProfile
+from rein_aharness.sandbox.layout import OBJECTS, REPOSITORY, WORKSPACE, SandboxMounts
+
+__all__ = ["SystemPaths", "bwrap_arguments", "system_paths"]
+
+_TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_ETC = (
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "alternatives",
+    "mime.types",
+)
+_ETC_NETWORK = (
+    "resolv.conf",
+    "hosts",
+    "gai.conf",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+)
+
+
+@dataclass(frozen=True)
+class SystemPaths:
+    """The host's runtime paths: top-level symlinks (merged /usr) and directories, and
+    which of the /etc entries exist."""
+
+    symlinks: tuple[tuple[str, str], ...]  # (/bin, "usr/bin")
+    directories: tuple[str, ...]  # ("/lib64",) where not a symlink
+    etc: tuple[str, ...]
+    etc_network: tuple[str, ...]
+
+
+def system_paths(root: Path = Path("/")) -> SystemPaths:
+    symlinks: list[tuple[str, str]] = []
+    directories: list[str] = []
+    for name in _TOP_LEVEL:
+        path = root / name
+        if path.is_symlink():
+            symlinks.append((f"/{name}", os.readlink(path)))
+        elif path.is_dir():
+            directories.append(f"/{name}")
+    etc = root / "etc"
+    return SystemPaths(
+        symlinks=tuple(symlinks),
+        directories=tuple(directories),
+        etc=tuple(f"/etc/{n}" for n in _ETC if (etc / n).exists()),
+        etc_network=tuple(f"/etc/{n}" for n in _ETC_NETWORK if (etc / n).exists()),
+    )
+
+
+def bwrap_arguments(
+    bwrap: Path,
+    profile: SandboxProfile,
+    mounts: SandboxMounts,
+    argv: Sequence[str],
+    *,
+    system: SystemPaths,
+    block_fd: int,
+    status_fd: int,
+) -> list[str]:
+    args = [
+        os.fspath(bwrap),
+        "--unshare-user",
+        "--unshare-all",
+        *(["--share-net"] if profile.network else []),
+        "--disable-userns",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    for link, target in system.symlinks:
+        args += ["--symlink", target, link]
+    for directory in system.directories:
+        args += ["--ro-bind", directory, directory]
+    for entry in system.etc + (system.etc_network if profile.network else ()):
+        args += ["--ro-bind", entry, entry]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    git = mounts.git
+    if git is not None:
+        admin = f"{REPOSITORY}/worktrees/{git.admin_name}"
+        args += [
+            "--ro-bind",
+            os.fspath(git.common_dir),
+            str(REPOSITORY),
+            "--tmpfs",
+            f"{REPOSITORY}/worktrees",
+            "--bind",
+            os.fspath(git.admin_dir),
+            admin,
+        ]
+        for name in ("commondir", "gitdir"):
+            args += ["--ro-bind-try", os.fspath(git.admin_dir / name), f"{admin}/{name}"]
+        args += ["--bind", os.fspath(git.objects_dir), str(OBJECTS)]
+    args += ["--bind", os.fspath(mounts.worktree), str(WORKSPACE)]
+    if git is not None:
+        args += ["--ro-bind", os.fspath(git.dotgit_file), f"{WORKSPACE}/.git"]
+    args += [
+        "--chdir",
+        str(WORKSPACE),
+        "--remount-ro",
+        "/",
+        "--block-fd",
+        str(block_fd),
+        "--json-status-fd",
+        str(status_fd),
+        "--",
+        *argv,
+    ]
+    return args

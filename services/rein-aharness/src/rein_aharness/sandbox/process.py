@@ -1,0 +1,246 @@
+"""Start an approach's process inside its sandbox, and end it with everything it started.
+
+    async with sandboxed_process(choice, bwrap, mounts, argv, env) as process:
+        ... read process.stdout, wait ...
+
+For a bwrap sandbox: bwrap is started in a session of its own and blocked before it runs
+the approach; the worker reads the pid of the sandbox's first process from bwrap's status
+fd, applies the resource bounds to it (limits.py), and only then lets it go on. If bwrap
+reports no such process, the sandbox could not be created (no user namespaces, a refused
+mount, a broken bwrap): `SandboxUnavailable` carries bwrap's own first line of error, and
+nothing of the approach ran. On the way out the whole sandbox is killed: bwrap's session
+by SIGKILL, the sandbox with it (die-with-parent; its PID namespace ends with its first
+process), and a root worker's pids cgroup is emptied and removed.
+
+For kind `none` (development only) the approach is an ordinary child in its own session,
+with no bounds but the time budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from anyio.abc import Process
+
+from rein_aharness.profiles import SandboxChoice
+from rein_aharness.repository import Workspace
+from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments, system_paths
+from rein_aharness.sandbox.layout import (
+    GitMounts,
+    SandboxMounts,
+    approach_git_environment,
+    dotgit_text,
+)
+from rein_aharness.sandbox.limits import (
+    PidsCgroup,
+    SandboxLimitError,
+    apply_rlimits,
+    root_needs_cgroup,
+)
+
+__all__ = ["Sandbox", "SandboxUnavailable", "sandbox_over", "sandboxed_process"]
+
+# How long bwrap may take to set the sandbox up before it counts as failed.
+SETUP_TIMEOUT_SECONDS = 30.0
+_REASON_CHARS = 300
+_STATUS_LINE_BYTES = 4096
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox could not be created; nothing of the approach ran."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason[:_REASON_CHARS]
+        super().__init__(self.reason)
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One run's sandbox: its profile, the bwrap to use and what it mounts."""
+
+    choice: SandboxChoice
+    bwrap: Path | None
+    mounts: SandboxMounts
+
+    def process(
+        self, argv: Sequence[str], env: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[Process]:
+        return sandboxed_process(self.choice, self.bwrap, self.mounts, argv, env)
+
+    def git_env(self) -> dict[str, str]:
+        """The git variables an approach needs in this sandbox (objects, alternates)."""
+        return approach_git_environment(self.mounts, confined=self.choice.confined)
+
+    @property
+    def evidence_name(self) -> str:
+        return self.choice.evidence_name
+
+
+def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path | None) -> Sandbox:
+    """The run's sandbox over its worktree; writes the `.git` file the sandbox shows."""
+    workspace.dotgit_file.write_text(dotgit_text(workspace.admin_dir.name), encoding="utf-8")
+    git = GitMounts(
+        common_dir=workspace.repository.common_dir,
+        admin_dir=workspace.admin_dir,
+        objects_dir=workspace.objects_dir,
+        dotgit_file=workspace.dotgit_file,
+    )
+    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git))
+
+
+_system: SystemPaths | None = None
+
+
+def _system_paths() -> SystemPaths:
+    global _system
+    if _system is None:
+        _system = system_paths()
+    return _system
+
+
+@asynccontextmanager
+async def sandboxed_process(
+    choice: SandboxChoice,
+    bwrap: Path | None,
+    mounts: SandboxMounts,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> AsyncIterator[Process]:
+    if not choice.confined:
+        process = await _open(list(argv), env, cwd=mounts.worktree)
+        try:
+            yield process
+        finally:
+            await _end(process)
+        return
+    if bwrap is None:
+        raise SandboxUnavailable("no bwrap executable (set REIN_AHARNESS_BWRAP)")
+    async with _bwrap_process(choice, bwrap, mounts, argv, env) as process:
+        yield process
+
+
+async def _open(
+    args: list[str],
+    env: Mapping[str, str],
+    *,
+    cwd: Path | None = None,
+    pass_fds: Sequence[int] = (),
+) -> Process:
+    return await anyio.open_process(
+        args,
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
+
+
+@asynccontextmanager
+async def _bwrap_process(
+    choice: SandboxChoice,
+    bwrap: Path,
+    mounts: SandboxMounts,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> AsyncIterator[Process]:
+    block_read, block_write = os.pipe2(os.O_CLOEXEC)
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)
+    cgroup: PidsCgroup | None = None
+    process: Process | None = None
+    try:
+        if root_needs_cgroup():
+            cgroup = PidsCgroup.create(choice.profile.limits.processes)
+        args = bwrap_arguments(
+            bwrap,
+            choice.profile,
+            mounts,
+            argv,
+            system=_system_paths(),
+            block_fd=block_read,
+            status_fd=status_write,
+        )
+        try:
+            process = await _open(args, env, pass_fds=(block_read, status_write))
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot start {bwrap}: {exc.strerror}") from None
+        os.close(block_read)
+        os.close(status_write)
+        block_read = status_write = -1
+        child = await _first_child(status_read)
+        if child is None:
+            raise SandboxUnavailable(await _bwrap_error(process))
+        apply_rlimits(child, choice.profile.limits)
+        if cgroup is not None:
+            cgroup.add(child)
+        os.write(block_write, b"go")
+        yield process
+    except SandboxLimitError as exc:
+        raise SandboxUnavailable(str(exc)) from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            for fd in (block_read, block_write, status_read, status_write):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            if process is not None:
+                await _end(process)
+            if cgroup is not None:
+                await anyio.to_thread.run_sync(cgroup.remove)
+
+
+async def _first_child(status_fd: int) -> int | None:
+    """The pid bwrap reports for the sandbox's first process; None if it reports none."""
+    os.set_blocking(status_fd, False)
+    line = b""
+    with anyio.move_on_after(SETUP_TIMEOUT_SECONDS):
+        while b"\n" not in line and len(line) < _STATUS_LINE_BYTES:
+            await anyio.wait_readable(status_fd)
+            try:
+                chunk = os.read(status_fd, _STATUS_LINE_BYTES)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            line += chunk
+    try:
+        status = json.loads(line.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    pid = status.get("child-pid") if isinstance(status, dict) else None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+async def _bwrap_error(process: Process) -> str:
+    """bwrap's first line of error, after it ended (or was ended)."""
+    with anyio.move_on_after(5):
+        assert process.stdout is not None
+        output = b""
+        async for chunk in process.stdout:
+            output += chunk
+            if len(output) > 4096:
+                break
+        lines = [ln for ln in output.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if lines:
+            return f"bwrap failed: {lines[0].strip()}"
+    return "bwrap failed before the sandbox existed"
+
+
+async def _end(process: Process) -> None:
+    """SIGKILL the process's session (a bwrap sandbox dies with it) and reap it."""
+    with anyio.CancelScope(shield=True):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        await process.aclose()
