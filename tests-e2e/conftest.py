@@ -42,7 +42,6 @@ from ops_demo.stack import base_environment, temporal_dev_server
 @pytest.fixture(scope="session")
 def e2e_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("e2e")
-    (root / "marks").mkdir()
     (root / "repositories").mkdir()
     return root
 
@@ -91,14 +90,12 @@ def session_dsn(e2e_root: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def paths(e2e_root: Path) -> dict[str, Path]:
-    marks = e2e_root / "marks"
     repositories = e2e_root / "repositories"
     for target in REPOSITORIES:
         make_repository(repositories, target)
     return {
-        "marks": marks,
         "repositories": repositories,
-        "profiles": write_profiles(e2e_root / "profiles.yaml", marks),
+        "profiles": write_profiles(e2e_root / "profiles.yaml"),
     }
 
 
@@ -123,7 +120,6 @@ def stack(
         definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
         profiles=paths["profiles"],
         repositories=paths["repositories"],
-        marks=paths["marks"],
         task_queue="e2e-session",
         replicas=2,
         name="session",

@@ -58,6 +58,7 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         assert page.status_code == 200
         assert 'data-field="state">succeeded<' in page.text
         assert "briefs/" in page.text  # the artefact
+        assert "profile.bwrap-local" in page.text  # the brief ran in the sandbox
 
         demo.send_signal(signal.SIGINT)  # what Ctrl-C in its terminal sends
         assert demo.wait(90) == 0, demo.output()

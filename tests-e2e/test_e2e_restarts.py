@@ -19,7 +19,7 @@ import pytest
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import RESTART_DEFINITIONS, write_definitions
-from e2e_kit.stack import Stack, log_lines, outbox, start_stack, ui_facts
+from e2e_kit.stack import Stack, approaches, log_lines, outbox, start_stack, ui_facts
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.repository import git
@@ -51,7 +51,6 @@ def restart_stack(
             definitions=write_definitions(root / "definitions", RESTART_DEFINITIONS),
             profiles=paths["profiles"],
             repositories=paths["repositories"],
-            marks=paths["marks"],
             task_queue="e2e-restart",
             replicas=1,
             name="restart",
@@ -64,12 +63,9 @@ def restart_stack(
         postgres.close()
 
 
-def _marked(stack: Stack, what: str) -> set[str]:
-    """Run ids whose command reached `what` ("started" or "done")."""
-    prefix = f"restart-{what}-"
-    return {
-        path.name.removeprefix(prefix).rsplit("-", 1)[0] for path in stack.marks.glob(f"{prefix}*")
-    }
+def _marked(workers: list[ManagedProcess], what: str) -> set[str]:
+    """Run ids whose approach reached `what` ("started" or "done") on these workers."""
+    return {run_id for run_id, _attempt in approaches(workers, ended=what == "done")}
 
 
 _OUTAGE_SIGNS = (
@@ -93,7 +89,7 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
 
     fire_run_ids = [stack.fire(SLUG) for _ in range(3)]
     running = stack.wait(
-        lambda: len(started := _marked(stack, "started")) == 2 and started,
+        lambda: len(started := _marked(workers, "started")) == 2 and started,
         timeout=30,
         what="both workers to be executing a run",
     )
@@ -107,12 +103,12 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
     temporal_worker.stop()
     serve.stop()
     stack.wait(
-        lambda: _marked(stack, "done") & running,
+        lambda: _marked(workers, "done") & running,
         timeout=30,
         what="a command to finish while activity-core is down",
     )
     time.sleep(1.0)
-    assert not _marked(stack, "started") - running  # nothing new was claimed meanwhile
+    assert not _marked(workers, "started") - running  # nothing new was claimed meanwhile
     serve.start(wait=False)
     temporal_worker.start(wait=False)
     serve.wait_ready()
@@ -134,10 +130,7 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
     # none lost, none executed twice: one claim each, one execution each, one landing each
     assert {row["attempt"] for row in rows} == {1}
     assert {row["claim_owner"] for row in rows} <= set(WORKERS)
-    executions = (stack.marks / "restart-executions.log").read_text().split()
-    assert sorted(zip(executions[::2], executions[1::2], strict=True)) == sorted(
-        (run_id, "1") for run_id in run_ids
-    )
+    assert sorted(approaches(workers)) == sorted((run_id, 1) for run_id in run_ids)
     branches = landing_branches(repository)
     assert set(branches) == {f"rein/{run_id}/1" for run_id in run_ids}
     for row in rows:

@@ -60,6 +60,8 @@ def test_a_scheduled_fire_flows_to_a_completed_run_with_its_artefact_in_the_ui(
     assert transaction["accepted_paths"] == [path]
     assert transaction["accepted_commits"] == [head]
     assert result["execution_evidence"]["profile_ref"] == "harness.agent-dev@1.0.0"
+    # the brief's git ran in the worker's bubblewrap sandbox, and the evidence says so
+    assert result["execution_evidence"]["sandbox_profile"] == "profile.bwrap-local"
 
     # the repository: one commit on the run's landing branch; main untouched
     branch = f"rein/{run_id}/1"

@@ -7,7 +7,15 @@ from __future__ import annotations
 import json
 
 from e2e_kit.git import commits_on, landing_branches
-from e2e_kit.stack import Stack, log_lines, outbox, processes_under, ui_facts
+from e2e_kit.stack import (
+    Stack,
+    approach_processes,
+    approaches,
+    log_lines,
+    outbox,
+    processes_under,
+    ui_facts,
+)
 from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
 
@@ -34,13 +42,19 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     run_id = str(row["id"])
     assert (row["claim_owner"], row["attempt"]) == ("e2e-kill-1", 1)
     stack.wait(
-        lambda: (stack.marks / f"kill-started-{run_id}-1").exists(),
+        lambda: (run_id, 1) in approaches([first]) and approach_processes(run_id, 1),
         timeout=30,
         what="attempt 1's command to start",
     )
     second = stack.worker(second_config, [SLUG])
 
     assert first.kill() == -9  # mid-execution: its command sleeps for a minute
+    # its sandbox dies with it (die-with-parent), all that attempt 1 started with it
+    stack.wait(
+        lambda: not approach_processes(run_id, 1),
+        timeout=10,
+        what="attempt 1's sandbox to die with its worker",
+    )
 
     row = stack.wait(
         lambda: (r := stack.ops_run(row["id"]))["state"] == "succeeded" and r,
@@ -59,8 +73,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     ]
     assert [line["worker_id"] for line in ended] == ["e2e-kill-1"]
 
-    # worker 1 comes back: it sweeps its dead worktree (and the command still running in
-    # it), replays nothing, and closes nothing
+    # worker 1 comes back: it sweeps its dead worktree, replays nothing, closes nothing
     first.restart()
     stack.wait(
         lambda: any("worktrees left by an earlier run" in line["msg"] for line in log_lines(first)),
@@ -71,7 +84,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     stack.wait(
         lambda: not processes_under([worktrees]) and not any(worktrees.iterdir()),
         timeout=15,
-        what="the orphaned command and worktree of attempt 1 to be gone",
+        what="the worktree of attempt 1 to be gone",
     )
     second.stop()
     first.stop()
@@ -104,5 +117,12 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
         "attempt": "2",
         "claim_owner": "e2e-kill-2",
     }
-    executions = (stack.marks / "kill-executions.log").read_text().split("\n")
-    assert [line for line in executions if line] == [f"{run_id} 1", f"{run_id} 2"]
+    # executed once per attempt, each in the sandbox
+    assert approaches([first, second]) == [(run_id, 1), (run_id, 2)]
+    started = [
+        line
+        for worker in (first, second)
+        for line in log_lines(worker)
+        if line.get("msg") == "approach started"
+    ]
+    assert {line["sandbox_profile"] for line in started} == {"profile.bwrap-local"}

@@ -75,9 +75,11 @@ def write_definitions(directory: Path, slugs: dict[str, str]) -> Path:
     return directory
 
 
-def commit_script(marks: Path, scenario: str, *, slow_attempt: str | None, seconds: int) -> str:
-    """A `command` approach: record the execution, maybe sleep, then commit one file
-    under docs/ (inside the scenario's grant)."""
+def commit_script(*, slow_attempt: str | None, seconds: int) -> str:
+    """A `command` approach: maybe sleep, then commit one file under docs/ (inside the
+    scenario's grant). It runs in the worker's sandbox, so it can leave no mark outside its
+    worktree: the scenarios see its executions in the workers' logs (`approach started`,
+    `approach finished`) and its work on the landing branches."""
     sleep = (
         f'if [ "$REIN_RUN_ATTEMPT" = "{slow_attempt}" ]; then sleep {seconds}; fi'
         if slow_attempt is not None
@@ -85,17 +87,14 @@ def commit_script(marks: Path, scenario: str, *, slow_attempt: str | None, secon
     )
     return (
         "set -e; "
-        f'echo "$REIN_RUN_ID $REIN_RUN_ATTEMPT" >> {marks}/{scenario}-executions.log; '
-        f'touch "{marks}/{scenario}-started-$REIN_RUN_ID-$REIN_RUN_ATTEMPT"; '
         f"{sleep}; "
         "mkdir -p docs; "
         'echo "$REIN_RUN_ID attempt $REIN_RUN_ATTEMPT" > "docs/$REIN_RUN_ID.md"; '
-        'git add docs; git commit -q -m "e2e: $REIN_RUN_ID attempt $REIN_RUN_ATTEMPT"; '
-        f'touch "{marks}/{scenario}-done-$REIN_RUN_ID-$REIN_RUN_ATTEMPT"'
+        'git add docs; git commit -q -m "e2e: $REIN_RUN_ID attempt $REIN_RUN_ATTEMPT"'
     )
 
 
-def write_profiles(path: Path, marks: Path) -> Path:
+def write_profiles(path: Path) -> Path:
     def command(profile_id: str, argv: list[str], timeout_s: float) -> str:
         quoted = ", ".join(f"'{arg}'" for arg in argv)
         return textwrap.dedent(
@@ -124,8 +123,8 @@ def write_profiles(path: Path, marks: Path) -> Path:
             rein: {id: rein-aharness, version: 0.1.0}
         """
     )
-    crash = commit_script(marks, "kill", slow_attempt="1", seconds=60)
-    restart = commit_script(marks, "restart", slow_attempt=None, seconds=8)
+    crash = commit_script(slow_attempt="1", seconds=60)
+    restart = commit_script(slow_attempt=None, seconds=8)
     text = (
         "profiles:\n"
         + brief

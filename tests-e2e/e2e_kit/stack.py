@@ -38,7 +38,7 @@ FORGEJO = "https://forgejo.e2e.test"
 @dataclass
 class Stack:
     """activity-core (replicas, Temporal worker) on one database, and the places the
-    scenarios' workers use: the profile catalogue, the repositories root, marker files."""
+    scenarios' workers use: the profile catalogue and the repositories root."""
 
     root: Path
     sup: Supervisor
@@ -49,7 +49,6 @@ class Stack:
     tokens: dict[str, str]
     profiles: Path
     repositories: Path
-    marks: Path
     serves: list[tuple[ManagedProcess, str]] = field(default_factory=list)
     temporal_worker: ManagedProcess | None = None
 
@@ -234,6 +233,36 @@ def outbox(state_dir: Path) -> Outbox:
     )
 
 
+def approaches(workers: Iterable[ManagedProcess], ended: bool = False) -> list[tuple[str, int]]:
+    """(run id, attempt) of every approach the workers started (or, `ended`, finished),
+    in log order: a sandboxed approach can leave no mark outside its worktree, so its
+    worker's `approach started` / `approach finished` lines are the record."""
+    wanted = "approach finished" if ended else "approach started"
+    return [
+        (str(line["run_id"]), int(line["attempt"]))
+        for worker in workers
+        for line in log_lines(worker)
+        if line.get("msg") == wanted
+    ]
+
+
+def approach_processes(run_id: str, attempt: int) -> list[int]:
+    """Pids of processes of one approach (its REIN_RUN_ID and REIN_RUN_ATTEMPT): in its
+    sandbox its working directory is /workspace, which says nothing on the host."""
+    wanted = {f"REIN_RUN_ID={run_id}".encode(), f"REIN_RUN_ATTEMPT={attempt}".encode()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = set(entry.joinpath("environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= environ:
+            found.append(int(entry.name))
+    return found
+
+
 def processes_under(directories: Iterable[Path]) -> list[int]:
     """Pids of processes whose working directory lies under any of `directories`."""
     roots = [d.resolve() for d in directories]
@@ -265,7 +294,6 @@ def start_stack(
     definitions: Path,
     profiles: Path,
     repositories: Path,
-    marks: Path,
     task_queue: str,
     replicas: int,
     name: str,
@@ -301,7 +329,6 @@ def start_stack(
         tokens=tokens,
         profiles=profiles,
         repositories=repositories,
-        marks=marks,
     )
     for replica in range(replicas):
         stack.serves.append(

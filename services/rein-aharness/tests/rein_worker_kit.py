@@ -295,6 +295,23 @@ def started_in_a_worktree(state_dir: Path) -> bool:
     return any((state_dir / "worktrees").glob("*/started"))
 
 
+def processes_of_run(run_id: str) -> list[int]:
+    """Pids of processes started for `run_id` (REIN_RUN_ID in their environment): a
+    sandboxed approach works in /workspace of its own mount namespace, so its working
+    directory says nothing on the host."""
+    needle = f"REIN_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
 def worker_settings(tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "activity_core_url": AC_BASE,

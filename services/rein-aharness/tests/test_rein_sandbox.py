@@ -14,7 +14,6 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -48,6 +47,7 @@ from rein_worker_kit import (
     command_profile,
     git,
     outbox,
+    processes_of_run,
     run_worker_once,
     worker_settings,
     write_catalogue,
@@ -608,7 +608,7 @@ async def test_escape_a_process_left_running_after_the_approach_exits(
     )
     row = await _run_attack(activity_core, repos, tmp_path, script)
     assert row["state"] == "succeeded"
-    assert not _processes_of(str(row["id"]))
+    assert not processes_of_run(str(row["id"]))
     assert _landed(repo) == "done"
 
 
@@ -761,22 +761,6 @@ class _listener:
 
     def __exit__(self, *exc: object) -> None:
         self.server.close()
-
-
-def _processes_of(run_id: str) -> list[int]:
-    needle = f"REIN_RUN_ID={run_id}".encode()
-    found = []
-    for entry in _proc_entries():
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def _proc_entries() -> Iterator[Path]:
-    return (entry for entry in Path("/proc").iterdir() if entry.name.isdigit())
 
 
 def test_sandbox_cgroups_of_dead_workers_are_removed(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from rein_worker_kit import (
     Repos,
     activity_core_app,
     command_profile,
+    processes_of_run,
     started_in_a_worktree,
     write_catalogue,
 )
@@ -138,23 +139,6 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=10)
 
 
-def _running_for(run_id: str) -> list[int]:
-    """Pids of processes started for `run_id` (REIN_RUN_ID in their environment): a
-    sandboxed approach works in /workspace of its own mount namespace, so its working
-    directory says nothing on the host."""
-    needle = f"REIN_RUN_ID={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-    return found
-
-
 def _working_in(root: Path) -> list[int]:
     """Pids of processes whose working directory is under `root`."""
     found = []
@@ -257,7 +241,7 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
         async with asyncio.timeout(30):
             while not started_in_a_worktree(tmp_path / "state"):
                 await asyncio.sleep(0.05)
-        assert _running_for(run_id)
+        assert processes_of_run(run_id)
     finally:
         _kill(first)
     worktrees = tmp_path / "state" / "worktrees"
@@ -265,7 +249,7 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     assert names == [f"{run_id}.1", f"{run_id}.1.scratch"]  # killed mid-work
     # the sandbox dies with the worker (die-with-parent), whatever it started with it
     async with asyncio.timeout(10):
-        while _running_for(run_id):
+        while processes_of_run(run_id):
             await asyncio.sleep(0.05)
     assert Repos.refs(repo) == refs_before
     assert OutboxStore(tmp_path / "state" / "close-outbox").snapshot().pending == ()

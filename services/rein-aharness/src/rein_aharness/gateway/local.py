@@ -33,6 +33,7 @@ from ops_contracts import GatewayResult, path_allowed
 from ops_contracts.gateway import GatewayOutcome
 from rein_aharness.gateway.approaches.brief import commit_brief
 from rein_aharness.gateway.approaches.command import approach_environment, run_command
+from rein_aharness.gateway.approaches.logged import logged_approach
 from rein_aharness.gateway.errors import (
     ApproachFailed,
     ApproachTimedOut,
@@ -137,7 +138,8 @@ class LocalGlasGateway:
         sandbox = sandbox_over(workspace, request.sandbox, self._bwrap)
         failure: ApproachFailed | None = None
         try:
-            await self._run_approach(request, workspace, sandbox, brief_path)
+            async with logged_approach(request.run, sandbox):
+                await self._run_approach(request, workspace, sandbox, brief_path)
         except ApproachFailed as exc:
             failure = exc
         except SandboxUnavailable as exc:

@@ -118,8 +118,14 @@ class PidsCgroup:
             ) from None
 
     def remove(self) -> None:
-        """Kill whatever is still in it, then remove it (best effort, never raises)."""
-        for _ in range(100):
+        """Kill whatever is still in it, then remove it (best effort, never raises).
+
+        A process killed a moment ago may still be attached while it exits, so removal
+        is retried: quickly at first (the usual case is a few ms), for 2 s at most.
+        """
+        delay = 0.001
+        deadline = time.monotonic() + 2.0
+        while True:
             try:
                 pids = (self.path / "cgroup.procs").read_text(encoding="ascii").split()
             except OSError:
@@ -133,7 +139,10 @@ class PidsCgroup:
             except FileNotFoundError:
                 return
             except OSError:
-                time.sleep(0.02)
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
 
 
 def _remove_stale(parent: Path) -> None:

@@ -184,7 +184,10 @@ async def _bwrap_process(
         apply_rlimits(child, choice.profile.limits)
         if cgroup is not None:
             cgroup.add(child)
-        os.write(block_write, b"go")
+        try:
+            os.write(block_write, b"go")
+        except OSError:
+            raise SandboxUnavailable(await _bwrap_error(process)) from None
         yield process
     except SandboxLimitError as exc:
         raise SandboxUnavailable(str(exc)) from None

@@ -21,6 +21,7 @@ from typing import Any
 
 from ops_contracts import OpsRun
 from rein_aharness.gateway.approaches.command import approach_environment, run_command
+from rein_aharness.gateway.approaches.logged import logged_approach
 from rein_aharness.gateway.errors import (
     ApproachFailed,
     ApproachTimedOut,
@@ -87,15 +88,20 @@ class LegacyRunner:
                     base=approach_environment(spec, self._environ, {}), extra=run_vars
                 )
                 try:
-                    outcome = await run_command(spec, sandbox, env)
+                    async with logged_approach(run, sandbox):
+                        outcome = await run_command(spec, sandbox, env)
+                        if outcome.timed_out:
+                            raise ApproachTimedOut(
+                                f"the command timed out after {spec.timeout_s:g} s"
+                            )
+                        if outcome.returncode != 0:
+                            raise ApproachFailed(
+                                f"the command exited with status {outcome.returncode}"
+                            )
                 except SandboxUnavailable as exc:
                     if self._on_sandbox_failure is not None:
                         self._on_sandbox_failure(exc.reason)
                     raise SandboxFailed(f"the sandbox could not be created: {exc.reason}") from None
-                if outcome.timed_out:
-                    raise ApproachTimedOut(f"the command timed out after {spec.timeout_s:g} s")
-                if outcome.returncode != 0:
-                    raise ApproachFailed(f"the command exited with status {outcome.returncode}")
                 inspection = await inspect_work(
                     opened.workspace, opened.refs_before, opened.metadata_before
                 )
