@@ -40,6 +40,7 @@ from ops_contracts.grant import (
 )
 from ops_contracts.profile_ref import harness_profile_ref_error, parse_harness_profile_ref
 from ops_contracts.queue import (
+    Attempt,
     ClaimRequest,
     ClaimResponse,
     CloseResponse,
@@ -60,6 +61,7 @@ __all__ = [
     "CONCLUSIVE_CLOSE_REFUSALS",
     "REFUSAL_HTTP_STATUS",
     "TERMINAL_STATES",
+    "Attempt",
     "AttributionRefs",
     "ClaimRequest",
     "ClaimResponse",

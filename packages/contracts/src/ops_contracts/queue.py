@@ -34,6 +34,7 @@ from ops_contracts.codes import (
 __all__ = [
     "MAX_ERROR_LENGTH",
     "MAX_LEASE_SECONDS",
+    "Attempt",
     "ClaimRequest",
     "ClaimResponse",
     "CloseResponse",
@@ -54,6 +55,13 @@ MAX_CLAIM_LIMIT = 100
 MAX_WAIT_SECONDS = 20
 MAX_CLAIM_LABELS = 20
 MAX_ERROR_LENGTH = 4096
+MAX_ATTEMPT = 2**31 - 1
+
+# Fencing: the attempt a heartbeat or close belongs to (the run's `attempt` when it was
+# claimed). Optional so that older workers keep working; when present and not the run's
+# current attempt, the queue answers 409 expired_lease and changes nothing, so a close
+# decided under attempt 1 can never land on attempt 2 of the same worker.
+Attempt = Annotated[int, Field(ge=1, le=MAX_ATTEMPT)]
 
 # Non-secret worker identity, e.g. "rein-aharness@railiance01". Bounded and
 # free of whitespace so it is safe in logs, rows and lock keys.
@@ -97,6 +105,7 @@ class HeartbeatRequest(BaseModel):
 
     worker_id: WorkerId
     lease_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
+    attempt: Attempt | None = None
 
 
 class CompleteRequest(BaseModel):
@@ -106,6 +115,7 @@ class CompleteRequest(BaseModel):
 
     worker_id: WorkerId
     result: dict[str, Any]
+    attempt: Attempt | None = None
 
     _finite_result = field_validator("result")(_require_finite_json)
 
@@ -119,6 +129,7 @@ class FailRequest(BaseModel):
     error: str = Field(min_length=1, max_length=MAX_ERROR_LENGTH)
     reopen: bool = False
     result: dict[str, Any] | None = None
+    attempt: Attempt | None = None
 
     _finite_result = field_validator("result")(_require_finite_json)
 
