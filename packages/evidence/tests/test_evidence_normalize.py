@@ -298,12 +298,33 @@ def test_hostile_objects_do_not_make_normalization_raise(raw: object) -> None:
     assert find_bound_violations(raw) != []
 
 
+def test_the_invisible_formatting_table_is_this_pythons_unicode() -> None:
+    import sys
+    import unicodedata
+
+    from ops_evidence.error_text import INVISIBLE_FORMATTING
+
+    listed = {code for low, high in INVISIBLE_FORMATTING for code in range(low, high + 1)}
+    wanted = {
+        code
+        for code in range(0xA0, sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in ("Cf", "Zl", "Zp")
+    }
+    assert listed == wanted
+
+
 def test_sanitize_error() -> None:
     assert sanitize_error("llm timeout") == "llm timeout"
     assert sanitize_error("line1\nline2\x00\x7f\x85end") == "line1 line2   end"
     assert sanitize_error("  padded\t") == "padded"
     assert sanitize_error("lone \ud800 surrogate") == "lone   surrogate"
     assert sanitize_error("x" * (MAX_ERROR_CHARS + 10)) == "x" * MAX_ERROR_CHARS
+    # bidi controls and invisible formatting are neutralised (Trojan Source)
+    assert sanitize_error("ok\u202eexe.txt\u202c") == "ok exe.txt"
+    assert sanitize_error("a\u2066b\u2069c\u200bd\u200de\ufefff\u2028g") == "a b c d e f g"
+    assert sanitize_error("tag\U000e0041\U000e0042") == "tag"
+    assert sanitize_error("\u061cerror\u00ad") == "error"
+    assert sanitize_error("déjà vu: 障害 ✓") == "déjà vu: 障害 ✓"  # visible text stays
     for empty in ("", "   ", "\x00\n", None, 42, b"bytes", ["error"]):
         assert sanitize_error(empty) == "error"
 
