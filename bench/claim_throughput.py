@@ -617,6 +617,7 @@ class RawSqlCycle:
             STORED_RESULT,
             None,
             self._digest,
+            None,  # attempt: not fenced
         )
         if row is None:
             raise BenchError(f"run {run_id} is not claimed by {self._worker_id}")

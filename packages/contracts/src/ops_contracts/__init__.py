@@ -50,9 +50,11 @@ from ops_contracts.queue import (
     FailRequest,
     FieldError,
     HeartbeatRequest,
+    Label,
     OpsRun,
     RunPage,
     WorkerId,
+    label_error,
 )
 from ops_contracts.refs import ATTRIBUTION_REF_KEYS
 
@@ -80,6 +82,7 @@ __all__ = [
     "GrantFieldError",
     "GrantValidationError",
     "HeartbeatRequest",
+    "Label",
     "LabelsMode",
     "OpsRun",
     "Priority",
@@ -97,6 +100,7 @@ __all__ = [
     "gateway_result_payload",
     "grant_id",
     "harness_profile_ref_error",
+    "label_error",
     "parse_harness_profile_ref",
     "parse_repository_grant",
     "path_allowed",

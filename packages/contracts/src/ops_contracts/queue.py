@@ -20,7 +20,15 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+)
 
 from ops_contracts.canonical import canonical_json
 from ops_contracts.codes import (
@@ -33,6 +41,7 @@ from ops_contracts.codes import (
 
 __all__ = [
     "MAX_ERROR_LENGTH",
+    "MAX_LABEL_LENGTH",
     "MAX_LEASE_SECONDS",
     "Attempt",
     "ClaimRequest",
@@ -48,6 +57,7 @@ __all__ = [
     "OpsRun",
     "RunPage",
     "WorkerId",
+    "label_error",
 ]
 
 MAX_LEASE_SECONDS = 86_400
@@ -62,11 +72,60 @@ MAX_ATTEMPT = 2**31 - 1
 # current attempt, the queue answers 409 expired_lease and changes nothing, so a close
 # decided under attempt 1 can never land on attempt 2 of the same worker.
 Attempt = Annotated[int, Field(ge=1, le=MAX_ATTEMPT)]
+_ATTEMPT_DOC = (
+    "Fencing: the run's `attempt` from the claim this request belongs to. When present "
+    "and not the run's current attempt, the answer is 409 expired_lease and nothing "
+    "changes (checked where expired_lease stands in the order of refusals). Omitted: "
+    "not checked."
+)
 
 # Non-secret worker identity, e.g. "rein-aharness@railiance01". Bounded and
 # free of whitespace so it is safe in logs, rows and lock keys.
 WorkerId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._@:/+-]{1,200}$")]
-Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._:/-]{1,100}$")]
+
+# The one label grammar: what a definition may declare, emission stores, a claim filters
+# by, `GET /ops-runs?label=` lists by and the worker's `--labels L,...` takes (see
+# label_error). Printable so a label is safe in logs and on the operator's pages; no
+# whitespace so it survives any list syntax; no comma because the worker CLI separates
+# labels with commas. 100 characters because claims accepted that many before the
+# grammars were made one (a contract is extended, never narrowed).
+MAX_LABEL_LENGTH = 100
+# What JSON Schema can say of the grammar (no Unicode categories in its regexes): the
+# validator, label_error, also refuses the other non-printable characters.
+_LABEL_SCHEMA_PATTERN = r"^[^\s,\x00-\x1f\x7f-\x9f]+$"
+
+
+def label_error(value: str) -> str | None:
+    """Why ``value`` is not a label, or None when it is one: 1-100 characters, each
+    printable (``str.isprintable``: no control, format, surrogate, private-use or
+    unassigned code point), none of them whitespace or a comma."""
+    if not value or len(value) > MAX_LABEL_LENGTH:
+        return f"a label must be 1-{MAX_LABEL_LENGTH} characters"
+    if any(ch.isspace() or ch == "," or not ch.isprintable() for ch in value):
+        return "a label must not contain whitespace, commas or non-printable characters"
+    return None
+
+
+def _label(value: str) -> str:
+    problem = label_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Label = Annotated[
+    str,
+    AfterValidator(_label),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_LABEL_LENGTH,
+            "pattern": _LABEL_SCHEMA_PATTERN,
+            "description": (f"1-{MAX_LABEL_LENGTH} printable characters, no whitespace, no comma"),
+        }
+    ),
+]
 
 _REQUEST_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -105,7 +164,7 @@ class HeartbeatRequest(BaseModel):
 
     worker_id: WorkerId
     lease_seconds: int | None = Field(default=None, ge=1, le=MAX_LEASE_SECONDS)
-    attempt: Attempt | None = None
+    attempt: Attempt | None = Field(default=None, description=_ATTEMPT_DOC)
 
 
 class CompleteRequest(BaseModel):
@@ -115,7 +174,7 @@ class CompleteRequest(BaseModel):
 
     worker_id: WorkerId
     result: dict[str, Any]
-    attempt: Attempt | None = None
+    attempt: Attempt | None = Field(default=None, description=_ATTEMPT_DOC)
 
     _finite_result = field_validator("result")(_require_finite_json)
 
@@ -129,7 +188,7 @@ class FailRequest(BaseModel):
     error: str = Field(min_length=1, max_length=MAX_ERROR_LENGTH)
     reopen: bool = False
     result: dict[str, Any] | None = None
-    attempt: Attempt | None = None
+    attempt: Attempt | None = Field(default=None, description=_ATTEMPT_DOC)
 
     _finite_result = field_validator("result")(_require_finite_json)
 

@@ -547,3 +547,215 @@ def test_every_malformed_credentials_file_is_one_line_naming_the_variable(
     assert lines[0].startswith("activity-core: ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: ")
     assert str(credentials) in lines[0]
     assert TOKEN_A not in captured.err + captured.out
+
+
+# -- credentials before the body ---------------------------------------------------------------
+# A caller without a valid credential for an endpoint is 401/403 whatever its request says:
+# path, query or body, malformed or too large. Through both doors to the worker endpoints
+# (the fast path hands every malformed request on to the body guard and the routes).
+
+SMALL_LIMIT = 1024
+OVERSIZED = json.dumps({"worker_id": WORKER_ID, "pad": "x" * (2 * SMALL_LIMIT)}).encode()
+# (case, body, extra headers): every way a body is refused with a valid credential
+BAD_BODIES: list[tuple[str, bytes, dict[str, str]]] = [
+    ("not JSON", b'{"worker_id": ', {}),
+    ("NaN", b'{"worker_id": "' + WORKER_ID.encode() + b'", "limit": NaN}', {}),
+    ("nested too deep", b"[" * 100 + b"]" * 100, {}),
+    ("not an object", b"[]", {}),
+    (
+        "wrong types",
+        json.dumps(
+            {"worker_id": 7, "limit": "1", "result": [], "error": 5, "attempt": 0, "reopen": 1}
+        ).encode(),
+        {},
+    ),
+    ("unknown field", json.dumps({"worker_id": WORKER_ID, "surprise": True}).encode(), {}),
+    ("empty", b"", {}),
+    ("form encoded", b"worker_id=x", {"content-type": "application/x-www-form-urlencoded"}),
+    ("text/plain", json.dumps({"worker_id": WORKER_ID}).encode(), {"content-type": "text/plain"}),
+    ("over the limit", OVERSIZED, {}),
+]
+# (case, headers, status, code) for a worker endpoint, then for an operator endpoint
+BAD_WORKER_CREDENTIALS: list[tuple[str, dict[str, str], int, str]] = [
+    ("no credential", {}, 401, "unauthenticated"),
+    ("unknown token", worker_header("bearer", UNKNOWN_TOKEN), 401, "unauthenticated"),
+    ("operator token", operator_header("bearer", OPERATOR_TOKEN), 403, "forbidden"),
+]
+BAD_OPERATOR_CREDENTIALS: list[tuple[str, dict[str, str], int, str]] = [
+    ("no credential", {}, 401, "unauthenticated"),
+    ("unknown token", operator_header("bearer", UNKNOWN_TOKEN), 401, "unauthenticated"),
+    ("worker token", worker_header("bearer", WORKER_TOKEN), 403, "forbidden"),
+]
+
+
+@pytest.fixture(params=["fast path", "routes"])
+async def small_bodies(request: pytest.FixtureRequest, app_factory: Any) -> AppClient:
+    client: AppClient = await app_factory(
+        ACTIVITY_CORE_MAX_BODY_BYTES=SMALL_LIMIT, worker_fast_path=request.param == "fast path"
+    )
+    return client
+
+
+def worker_paths(run_id: uuid.UUID) -> list[str]:
+    paths = ["/ops-runs/claim"]
+    for action in ("heartbeat", "complete", "fail"):
+        paths += [
+            f"/ops-runs/{run_id}/{action}",
+            f"/ops-runs/{str(run_id).upper()}/{action}",
+            f"/ops-runs/not-a-uuid/{action}",
+        ]
+    return paths
+
+
+async def test_worker_endpoints_check_credentials_before_the_body(
+    small_bodies: AppClient, seeded: SeededQueue, db: asyncpg.Connection
+) -> None:
+    rows = await seed_rows(seeded)
+    before = await snapshot(db)
+    for path in worker_paths(rows.claimed):
+        for case, body, extra in BAD_BODIES:
+            # with the right credential the body is what is refused ...
+            response = await small_bodies.http.post(
+                path,
+                content=body,
+                headers={
+                    "content-type": "application/json",
+                    **small_bodies.worker_headers(),
+                    **extra,
+                },
+            )
+            assert response.status_code in {413, 422}, f"{path} {case}: {response.text}"
+            # ... without it, the credential, whatever the body
+            for who, headers, status, code in BAD_WORKER_CREDENTIALS:
+                response = await small_bodies.http.post(
+                    path,
+                    content=body,
+                    headers={"content-type": "application/json", **headers, **extra},
+                )
+                assert response.status_code == status, f"{path} {case} {who}: {response.text}"
+                assert response.json()["code"] == code, f"{path} {case} {who}"
+    assert await snapshot(db) == before
+
+
+async def test_operator_endpoints_check_credentials_before_path_query_and_body(
+    small_bodies: AppClient, seeded: SeededQueue, db: asyncpg.Connection
+) -> None:
+    rows = await seed_rows(seeded)
+    before = await snapshot(db)
+    gets = [
+        "/ops-runs?limit=0",
+        "/ops-runs?state=bogus&label=has%20space&label=a,b",
+        "/ops-runs?cursor=!!&activity_definition_id=nope",
+        f"/ops-runs?target_repo={'x' * 300}",
+        "/ops-runs/not-a-uuid",
+        f"/ops-runs/{str(rows.claimed).upper()}x",
+        "/ops/automations/fi-daily-brief/runs?limit=0&cursor=",
+        f"/ops/automations/{'x' * 200}/runs",
+        f"/ops/automations/fi-daily-brief/runs/{'y' * 300}",
+    ]
+    posts = ["/ops-runs/expire-leases", "/ops/automations/fi-daily-brief/fire"]
+    for who, headers, status, code in BAD_OPERATOR_CREDENTIALS:
+        for path in gets:
+            response = await small_bodies.http.get(path, headers=headers)
+            assert response.status_code == status, f"{path} {who}: {response.text}"
+            assert response.json()["code"] == code, f"{path} {who}"
+        for path in [*posts, "/ops/automations/not%20a%20slug!/fire"]:
+            for case, body, extra in [
+                *BAD_BODIES,
+                ("unknown fire field", b'{"surprise": 1, "params": []}', {}),
+            ]:
+                response = await small_bodies.http.post(
+                    path,
+                    content=body,
+                    headers={"content-type": "application/json", **headers, **extra},
+                )
+                assert response.status_code == status, f"{path} {case} {who}: {response.text}"
+                assert response.json()["code"] == code, f"{path} {case} {who}"
+    # with the operator's credential the same requests are refused for what they say
+    operator = operator_header("bearer", OPERATOR_TOKEN)
+    for path in gets[:6]:
+        assert (await small_bodies.http.get(path, headers=operator)).status_code == 422, path
+    assert await snapshot(db) == before
+
+
+async def test_with_no_credentials_configured_a_bad_body_is_still_a_401(
+    app_factory: Any, clean_auth_env: None
+) -> None:
+    client: AppClient = await app_factory(**NO_CREDENTIALS)
+    for path in ["/ops-runs/claim", f"/ops-runs/{uuid.uuid4()}/fail", "/ops-runs/expire-leases"]:
+        for case, body, extra in BAD_BODIES:
+            response = await client.http.post(
+                path, content=body, headers={"content-type": "application/json", **extra}
+            )
+            assert response.status_code == 401, f"{path} {case}: {response.text}"
+            assert_refused(response, 401, "unauthenticated")
+
+
+def test_every_api_route_declares_the_credential_it_takes() -> None:
+    """The body guard and the routes find a route's credential in its declaration: a route
+    of the API that declared none would word a malformed request before asking who sent
+    it. The UI pages (a login redirect) and the health endpoints take none."""
+    from fastapi.routing import APIRoute
+
+    from ac_testkit import settings_env
+    from activity_core.http import (
+        routes_automations,
+        routes_fire,
+        routes_health,
+        routes_queue,
+        routes_ui,
+    )
+    from activity_core.http.app import create_app
+    from activity_core.http.credentials import Credential, CredentialTable, credential_of
+    from activity_core.settings import load_settings
+
+    app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
+    modules = (routes_queue, routes_automations, routes_fire, routes_ui, routes_health)
+    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+    worker = {
+        ("POST", "/ops-runs/claim"),
+        ("POST", "/ops-runs/{run_id}/heartbeat"),
+        ("POST", "/ops-runs/{run_id}/complete"),
+        ("POST", "/ops-runs/{run_id}/fail"),
+    }
+    declared = set()
+    for route in routes:
+        kind = credential_of(route)
+        for method in route.methods:
+            declared.add((method, route.path))
+            if (method, route.path) in worker:
+                assert kind is Credential.worker, route.path
+            elif route.path.startswith(("/ops-runs", "/ops/automations")):
+                assert kind is Credential.operator, (method, route.path)
+            else:
+                assert route.path.startswith(("/ops/ui", "/healthz", "/readyz", "/metrics"))
+                assert kind is None, (method, route.path)
+    documented = {
+        (method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item
+    }
+    assert worker <= documented <= declared
+
+    # the app's table is those routes in the router's order, and finds each one's credential
+    table: CredentialTable = app.state.credential_table
+    assert [(p.pattern, set(m), k) for p, m, k in table.routes] == [
+        (r.path_regex.pattern, r.methods, credential_of(r)) for r in routes
+    ]
+    run = uuid.uuid4()
+    for method, path, kind in [
+        ("POST", "/ops-runs/claim", Credential.worker),
+        ("POST", f"/ops-runs/{run}/heartbeat", Credential.worker),
+        ("POST", f"/ops-runs/{run}/complete", Credential.worker),
+        ("POST", "/ops-runs/not-a-uuid/fail", Credential.worker),
+        ("GET", "/ops-runs", Credential.operator),
+        ("GET", f"/ops-runs/{run}", Credential.operator),
+        ("GET", "/ops-runs/claim", Credential.operator),  # get_run, as the router picks
+        ("POST", "/ops-runs/expire-leases", Credential.operator),
+        ("POST", "/ops/automations/fi-daily-brief/fire", Credential.operator),
+        ("GET", "/ops/automations/fi-daily-brief/runs/r-1", Credential.operator),
+        ("GET", "/ops/ui/", None),
+        ("POST", "/ops/ui/login", None),
+        ("GET", "/healthz", None),
+        ("POST", "/ops-runs", None),  # 405: no route takes it
+        ("POST", "/nowhere", None),
+    ]:
+        assert table.credential(method, path) is kind, (method, path)

@@ -156,3 +156,48 @@ async def test_claim_returns_the_repository_grant_exactly_as_admitted(
     assert run["repository_grant"] == grant
     assert run["execution_refs"] == refs
     assert run["harness_profile_ref"] == "harness.agent-dev@1.0.0"
+
+
+async def test_every_stale_claim_is_reopened_before_the_select_however_many_there_are(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    # After a fleet-wide outage: more stale claims than one reclaim statement reopens
+    # (queries.RECLAIM_STALE_BATCH, in lease order). The urgent run's lease ended last, so
+    # it is not in the first batch; the claim must still get it, not a run that ranks
+    # below it.
+    from activity_core.queue.queries import RECLAIM_STALE_BATCH
+
+    definition = await seeded.definition()
+    stale_low = RECLAIM_STALE_BATCH + 100
+    await seeded.conn.execute(
+        """
+        INSERT INTO ops_runs (id, activity_definition_id, idempotency_key, target_repo, title,
+                              source_type, source_id, triggering_event_id, priority, state,
+                              claim_owner, lease_until, attempt, created_at)
+        SELECT gen_random_uuid(), $1, 'outage:' || g, 'research/briefs', 'run ' || g,
+               'rule', 'rule-1', 'outage:' || g, 'low', 'claimed', 'gone@worker',
+               now() - interval '2 hours' + make_interval(secs => g), 1,
+               now() - interval '1 day' + make_interval(secs => g)
+        FROM generate_series(1, $2::int) AS g
+        """,
+        definition,
+        stale_low,
+    )
+    urgent = await seeded.run(
+        priority="high",
+        state="claimed",
+        claim_owner="gone@worker",
+        lease_until=datetime.now().astimezone() - timedelta(minutes=1),
+        attempt=1,
+    )
+    waiting = await seeded.run(priority="medium")
+
+    [claimed] = (await api.claim()).json()["runs"]
+    assert claimed["id"] == str(urgent)
+    assert claimed["attempt"] == 2
+    stale_left = await seeded.conn.fetchval(
+        "SELECT count(*) FROM ops_runs WHERE state = 'claimed' AND lease_until <= now()"
+    )
+    assert stale_left == 0
+    [next_one] = (await api.claim()).json()["runs"]
+    assert next_one["id"] == str(waiting)

@@ -239,3 +239,43 @@ async def test_read_projections_renormalize_historic_results(
     response = await api.http.get(f"/ops-runs/{run_id}", headers=api.operator_headers())
     assert response.status_code == 200
     assert response.json()["result"] == {"ok": True, "execution_evidence": {"outcome": "succeeded"}}
+
+
+async def test_read_projections_sanitize_a_historic_last_error(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    # Stored before errors were sanitized on the way in (or written by hand): control
+    # characters, an ANSI escape, a bidi override and a line break. Every projection
+    # answers it as the function that bounds it on the way in would have stored it.
+    from ops_evidence import sanitize_error
+
+    raw = "\x1b[31mllm timeout\x1b[0m\nretry\u202e later\x07\x7f\x9b"
+    run_id = await seeded.run()
+    await seeded.conn.execute("UPDATE ops_runs SET last_error = $2 WHERE id = $1", run_id, raw)
+    expected = sanitize_error(raw)
+    assert expected != raw and "\x1b" not in expected and "\n" not in expected
+
+    listed = await api.http.get("/ops-runs", headers=api.operator_headers())
+    assert [r["last_error"] for r in listed.json()["runs"]] == [expected]
+    [claimed_run] = (await api.claim()).json()["runs"]
+    assert claimed_run["last_error"] == expected
+    beat = await api.heartbeat(run_id)
+    assert beat.json()["last_error"] == expected
+    one = await api.http.get(f"/ops-runs/{run_id}", headers=api.operator_headers())
+    assert one.json()["last_error"] == expected
+    assert (await seeded.row(run_id))["last_error"] == raw  # the row itself is left as it is
+
+    # a close answer: the reconciled repeat of a historic failure answers its row
+    from ops_contracts import CloseAction, CloseIntent, close_intent_digest
+
+    intent = CloseIntent(action=CloseAction.fail, worker_id=WORKER_ID, error="llm timeout")
+    failed = await seeded.run(
+        state="failed",
+        claim_owner=WORKER_ID,
+        attempt=1,
+        last_error=raw,
+        close_intent_digest=close_intent_digest(intent),
+    )
+    repeat = await api.fail(failed, error="llm timeout")
+    assert repeat.json()["close_disposition"] == "reconciled"
+    assert repeat.json()["last_error"] == expected

@@ -58,12 +58,14 @@ def auth(kind: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-# (path, body as bytes or JSON value, headers kind, extra headers)
-Step = tuple[str, Any, str, dict[str, str]]
+# (path, body as bytes or JSON value, headers kind, extra headers, expected status or None)
+Step = tuple[str, Any, str, dict[str, str], int | None]
 
 
-def step(path: str, body: Any, who: str = "worker", **headers: str) -> Step:
-    return (path, body, who, {k.replace("_", "-"): v for k, v in headers.items()})
+def step(
+    path: str, body: Any, who: str = "worker", expect: int | None = None, **headers: str
+) -> Step:
+    return (path, body, who, {k.replace("_", "-"): v for k, v in headers.items()}, expect)
 
 
 def run_path(run_id: uuid.UUID, action: str) -> str:
@@ -115,11 +117,58 @@ SEQUENCE: list[Step] = [
         run_path(RUNS[5], "fail"),
         {"worker_id": WORKER_ID, "error": "e", "result": {"pad": "x" * 1_100_000}},
     ),
+    # fencing: RUNS[3..5] are claimed at attempt 1 (the claim of 10 above); another
+    # attempt is expired_lease on every path (the one-statement close, the locking path
+    # of a reopening failure, the heartbeat) and changes nothing
+    step(run_path(RUNS[3], "heartbeat"), {"worker_id": WORKER_ID, "attempt": 2}, expect=409),
+    step(run_path(RUNS[3], "heartbeat"), {"worker_id": WORKER_ID, "attempt": 1}, expect=200),
+    step(
+        run_path(RUNS[3], "complete"),
+        {"worker_id": WORKER_ID, "result": RESULT, "attempt": 2},
+        expect=409,
+    ),
+    step(
+        run_path(RUNS[3], "fail"),
+        {"worker_id": WORKER_ID, "error": "e", "reopen": True, "attempt": 7},
+        expect=409,
+    ),
+    step(
+        run_path(RUNS[3], "complete"),
+        {"worker_id": WORKER_ID, "result": RESULT, "attempt": 1},
+        expect=200,
+    ),
+    # terminal: the exact repeat reconciles whatever attempt it names
+    step(
+        run_path(RUNS[3], "complete"),
+        {"worker_id": WORKER_ID, "result": RESULT, "attempt": 2},
+        expect=200,
+    ),
+    step(run_path(RUNS[4], "fail"), {"worker_id": WORKER_ID, "error": "e", "attempt": 0}),
+    step(run_path(RUNS[4], "fail"), {"worker_id": WORKER_ID, "error": "e", "attempt": "1"}),
+    step(run_path(RUNS[4], "heartbeat"), {"worker_id": WORKER_ID, "attempt": True}),
+    # credentials before the body: malformed requests from callers without a worker
+    # credential are 401/403, whichever door they reach first
+    step("/ops-runs/claim", b'{"worker_id": "w", "limit": NaN}', who="none", expect=401),
+    step("/ops-runs/claim", {"worker_id": WORKER_ID, "limit": "1"}, who="wrong", expect=401),
+    step(run_path(RUNS[5], "complete"), {"worker_id": 1}, who="operator", expect=403),
+    step("/ops-runs/not-a-uuid/fail", {"worker_id": WORKER_ID}, who="none", expect=401),
+    step(
+        run_path(RUNS[5], "fail"),
+        {"worker_id": WORKER_ID, "error": "e", "result": {"pad": "x" * 1_100_000}},
+        who="none",
+        expect=401,
+    ),
+    step("/ops-runs/claim", b"", who="none", content_type="text/plain", expect=401),
+    step(
+        run_path(RUNS[5], "fail"),
+        {"worker_id": WORKER_ID, "error": "e", "attempt": 1},
+        expect=200,
+    ),
 ]
 
 
 async def send(client: httpx.AsyncClient, s: Step) -> httpx.Response:
-    path, body, who, extra = s
+    path, body, who, extra, _ = s
     content = body if isinstance(body, bytes | str) else json.dumps(body)
     headers = {"content-type": "application/json", **auth(who), **extra}
     return await client.post(path, content=content, headers=headers)
@@ -171,6 +220,8 @@ async def test_both_doors_answer_and_write_alike(db_dsn: str, twin_db_dsn: str) 
         for s in SEQUENCE:
             a, b = await send(fast.http, s), await send(routed.http, s)
             assert comparable(a) == comparable(b), f"{s[0]} {s[1]!r:.80}"
+            expected = s[4]
+            assert expected is None or a.status_code == expected, f"{s[0]} {s[1]!r:.80}"
             statuses.add(a.status_code)
         # The sequence reached every kind of answer, so the comparison covered them all.
         assert statuses == {200, 401, 403, 404, 409, 413, 422}

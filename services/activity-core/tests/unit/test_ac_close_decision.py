@@ -96,6 +96,74 @@ def test_decide_close(stored: dict[str, Any] | None, req: CloseRequest, expected
         assert decision == expected
 
 
+# Fencing: a close naming an attempt that is not the run's current one is expired_lease,
+# exactly where an ended lease is refused: after the terminal, open and owner checks, before
+# the grant evidence.
+@pytest.mark.parametrize(
+    ("stored", "req", "expected"),
+    [
+        (row(attempt=2), request(attempt=1), Refuse(RefusalCode.expired_lease, "")),
+        (row(attempt=2), request(attempt=3), Refuse(RefusalCode.expired_lease, "")),
+        (row(attempt=2), request(attempt=2), ApplyTerminal(RunState.succeeded)),
+        (row(attempt=2), request(attempt=None), ApplyTerminal(RunState.succeeded)),
+        (
+            row(attempt=2),
+            request(CloseAction.fail, reopen=True, attempt=1),
+            Refuse(RefusalCode.expired_lease, ""),
+        ),
+        (row(attempt=2), request(CloseAction.fail, reopen=True, attempt=2), ReopenRun()),
+        (
+            row(attempt=2, repository_grant={"version": "1"}),
+            request(attempt=1),
+            Refuse(RefusalCode.expired_lease, ""),
+        ),
+        (
+            row(attempt=2, claim_owner="worker@b"),
+            request(attempt=1),
+            Refuse(RefusalCode.wrong_owner, ""),
+        ),
+        (
+            row(state="open", claim_owner=None, lease_active=None, attempt=2),
+            request(attempt=1),
+            Refuse(RefusalCode.state_conflict, ""),
+        ),
+        # a terminal row is judged by its recorded close alone: the owner's exact repeat
+        # reconciles whatever attempt it names; anything else conflicts
+        (
+            row(state="succeeded", close_intent_digest="ci1-same", attempt=2, lease_active=None),
+            request(attempt=1),
+            Reconcile(),
+        ),
+        (
+            row(state="succeeded", close_intent_digest="ci1-other", attempt=2, lease_active=None),
+            request(attempt=1),
+            Refuse(RefusalCode.terminal_conflict, ""),
+        ),
+    ],
+)
+def test_decide_close_fences_by_attempt(
+    stored: dict[str, Any], req: CloseRequest, expected: Any
+) -> None:
+    test_decide_close(stored, req, expected)
+
+
+def test_a_stale_attempt_says_which_attempt_is_current() -> None:
+    decision = decide_close(row(attempt=2), request(attempt=1), max_attempts=3)
+    assert isinstance(decision, Refuse)
+    assert "attempt 1" in decision.detail and "(2)" in decision.detail
+
+
+def test_heartbeat_fences_by_attempt_where_expired_lease_stands() -> None:
+    refusal = decide_heartbeat(row(attempt=2), ME, 1)
+    assert refusal is not None and refusal.code is RefusalCode.expired_lease
+    refusal = decide_heartbeat(row(attempt=2, claim_owner="worker@b"), ME, 1)
+    assert refusal is not None and refusal.code is RefusalCode.wrong_owner
+    refusal = decide_heartbeat(row(state="open", claim_owner=None, attempt=2), ME, 1)
+    assert refusal is not None and refusal.code is RefusalCode.state_conflict
+    assert decide_heartbeat(row(attempt=2), ME, 2) is None
+    assert decide_heartbeat(row(attempt=2), ME, None) is None
+
+
 def test_heartbeat_refusal_order() -> None:
     assert decide_heartbeat(None, ME) == Refuse(RefusalCode.not_found, "no ops run with this id")
     refusal = decide_heartbeat(row(state="open", claim_owner="worker@b", lease_active=False), ME)

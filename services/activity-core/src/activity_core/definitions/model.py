@@ -48,6 +48,7 @@ from ops_contracts import (
     SourceType,
     digest_hex,
     harness_profile_ref_error,
+    label_error,
 )
 
 from .cron import validate_cron
@@ -81,7 +82,6 @@ _TARGET_REPO = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}/[A-Za-z0-9_][A-Za-z
 _MAX_TITLE = 200
 _MAX_TASK_TEMPLATE = 1_000
 _MAX_DESCRIPTION_TEMPLATE = 20_000
-_MAX_LABEL = 64
 _MAX_LABELS = 32
 _MAX_HINT = 256
 
@@ -170,10 +170,11 @@ def _target_repo(value: str) -> str:
 
 
 def _label(value: str) -> str:
-    if not value or len(value) > _MAX_LABEL:
-        raise ValueError(f"a label must be 1-{_MAX_LABEL} characters")
-    if any(ch.isspace() or not ch.isprintable() for ch in value):
-        raise ValueError("a label must not contain whitespace or control characters")
+    # the one label grammar (ops_contracts.Label), so whatever a definition declares can
+    # be claimed and listed by
+    problem = label_error(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 

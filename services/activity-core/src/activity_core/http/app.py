@@ -18,6 +18,7 @@ from ..settings import ActivityCoreSettings
 from ..temporal.client import TemporalClientProvider
 from .auth import Authenticator, load_worker_credentials, token_digest
 from .body_guard import StrictJsonBody
+from .credentials import CredentialTable
 from .error_handlers import install_error_handlers
 from .routes_automations import router as automations_router
 from .routes_fire import router as fire_router
@@ -119,11 +120,11 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     app.state.sessions = session_signer(settings.operator_token)
-    app.include_router(queue_router)
-    app.include_router(automations_router)
-    app.include_router(fire_router)
-    app.include_router(ui_router)
-    app.include_router(health_router)
+    routers = (queue_router, automations_router, fire_router, ui_router, health_router)
+    for router in routers:
+        app.include_router(router)
+    # the credential each route declares, for the body guard (it answers before routing)
+    app.state.credential_table = CredentialTable.of(routers)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
     if worker_fast_path:
         # Added last, so it sees a request first: valid worker requests stop there.

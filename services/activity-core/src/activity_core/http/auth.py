@@ -121,25 +121,35 @@ class Authenticator:
             return Principal("operator")
         raise QueueRefusal(RefusalCode.unauthenticated, "the presented credential is not valid")
 
-    def require_worker(self, token: str | None, body_worker_id: str) -> str:
-        """The authenticated worker identity; the body's worker_id must be exactly it."""
-        if not self._workers and self._allow_unauth and not token:
-            return body_worker_id
-        if not self._workers and not self._allow_unauth:
-            raise QueueRefusal(
-                RefusalCode.unauthenticated,
-                "worker mutations are disabled: no worker credentials are configured",
-            )
+    def authenticate_worker(self, token: str | None) -> str | None:
+        """The worker identity the credential is bound to; None when worker endpoints are
+        open (ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1, no worker credentials) and no
+        credential was presented. Refuses (401/403) anything else: what a request says is
+        looked at only after this."""
+        if not self._workers:
+            if not self._allow_unauth:
+                raise QueueRefusal(
+                    RefusalCode.unauthenticated,
+                    "worker mutations are disabled: no worker credentials are configured",
+                )
+            if not token:
+                return None
         principal = self.identify(token)
         if principal.kind == "anonymous":
-            if not self._workers and self._allow_unauth:
-                return body_worker_id
             raise QueueRefusal(RefusalCode.unauthenticated, "a worker token is required")
         if principal.kind == "operator":
             raise QueueRefusal(
                 RefusalCode.forbidden, "operator credentials cannot act as a worker identity"
             )
-        if principal.worker_id != body_worker_id:
+        assert principal.worker_id is not None
+        return principal.worker_id
+
+    def require_worker(self, token: str | None, body_worker_id: str) -> str:
+        """The authenticated worker identity; the body's worker_id must be exactly it."""
+        bound = self.authenticate_worker(token)
+        if bound is None:
+            return body_worker_id
+        if bound != body_worker_id:
             raise QueueRefusal(
                 RefusalCode.worker_identity_mismatch,
                 "worker_id does not match the identity bound to this token",

@@ -4,6 +4,11 @@ Python's json module accepts NaN and Infinity and raises RecursionError on very 
 nesting; neither may reach a handler (a non-finite number is not JSON, and a deep body must
 be a 422, not a 500). This ASGI middleware reads the body once, bounded by size, checks it,
 and replays the same bytes to the app.
+
+Credentials come before the body: a body it refuses (413, 422) is answered so only to a
+caller that holds the credential its endpoint takes; anyone else gets that endpoint's
+401/403 (credentials.py). A body it accepts goes on, and the route checks the credential
+before anything else.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .error_handlers import count_refusal
+from .credentials import credential_refusal
+from .error_handlers import count_refusal, refusal_response
 from .responses import error_response
 
 MAX_JSON_DEPTH = 64
@@ -87,6 +93,10 @@ class StrictJsonBody:
             if body.strip() and "application/x-www-form-urlencoded" not in content_type:
                 parse_strict_json(body)
         except BodyRejected as rejected:
+            refusal = credential_refusal(scope) if "app" in scope else None
+            if refusal is not None:
+                await refusal_response(scope["app"], refusal)(scope, receive, send)
+                return
             if "app" in scope:
                 count_refusal(scope["app"], rejected.code)
             # A 422 names what was bad, as every invalid_request does: here the body as a

@@ -48,14 +48,20 @@ def count_refusal(app: Any, code: str) -> None:
         metrics.refusals.labels(code=code).inc()
 
 
+def refusal_response(app: Any, exc: QueueRefusal) -> Response:
+    """A refusal's documented answer, counted: from a route, or from a middleware that
+    answers before the routes (the body guard)."""
+    count_refusal(app, exc.code.value)
+    errors = None
+    if exc.code is RefusalCode.invalid_request:
+        errors = [{"loc": list(exc.loc), "msg": exc.detail, "type": "value_error"}]
+    return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueRefusal)
     async def _refusal(request: Request, exc: QueueRefusal) -> Response:
-        count_refusal(request.app, exc.code.value)
-        errors = None
-        if exc.code is RefusalCode.invalid_request:
-            errors = [{"loc": list(exc.loc), "msg": exc.detail, "type": "value_error"}]
-        return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
+        return refusal_response(request.app, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:

@@ -1,7 +1,8 @@
 """Run artefacts as JSON (/ops/automations): an automation's fires joined to their ops runs.
 
-Edge only: authenticate the operator, parse, call the artefact service. No prompt,
-description, tool output or model text is in any of these bodies (artefacts/models.py).
+Edge only: authenticate the operator (each route's first dependency, before its path and
+query are looked at), parse, call the artefact service. No prompt, description, tool
+output or model text is in any of these bodies (artefacts/models.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from ops_contracts import ErrorBody
 
 from ..artefacts.models import AutomationIndex, FireDetail, FirePage
 from ..artefacts.service import MAX_PAGE_SIZE
-from .deps import Artefacts, Auth, OperatorToken
+from .credentials import OPERATOR_CREDENTIAL
+from .deps import Artefacts
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
@@ -41,12 +43,14 @@ AutomationId = Annotated[
 ]
 
 
-@router.get("", response_model=AutomationIndex, responses=_errors(401, 403, 503))
-async def list_automations(
-    artefacts: Artefacts, auth: Auth, token: OperatorToken
-) -> AutomationIndex:
+@router.get(
+    "",
+    response_model=AutomationIndex,
+    responses=_errors(401, 403, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def list_automations(artefacts: Artefacts) -> AutomationIndex:
     """Every automation with its schedule, pause flag, last fire and queue counts by state."""
-    auth.require_operator(token)
     return await artefacts.automations()
 
 
@@ -54,18 +58,16 @@ async def list_automations(
     "/{automation_id}/runs",
     response_model=FirePage,
     responses=_errors(401, 403, 404, 422, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
 )
 async def list_automation_runs(
     automation_id: AutomationId,
     artefacts: Artefacts,
-    auth: Auth,
-    token: OperatorToken,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 20,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> FirePage:
     """The automation's fires, newest first (keyset: pass `next_cursor` back as `cursor`),
     each with its ops runs, their compact evidence and their artefacts with Forgejo links."""
-    auth.require_operator(token)
     return await artefacts.fires(automation_id, limit=limit, cursor=cursor)
 
 
@@ -73,6 +75,7 @@ async def list_automation_runs(
     "/{automation_id}/runs/{run_id}",
     response_model=FireDetail,
     responses=_errors(401, 403, 404, 422, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
 )
 async def get_automation_run(
     automation_id: AutomationId,
@@ -81,9 +84,6 @@ async def get_automation_run(
         Path(min_length=1, max_length=200, description="the fire's run id, or its UUID"),
     ],
     artefacts: Artefacts,
-    auth: Auth,
-    token: OperatorToken,
 ) -> FireDetail:
     """One fire of the automation with its ops runs, evidence and artefacts."""
-    auth.require_operator(token)
     return await artefacts.fire(automation_id, run_id)

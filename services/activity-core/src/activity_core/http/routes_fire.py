@@ -1,7 +1,8 @@
 """Manual fire of an automation (operator): POST /ops/automations/{id}/fire.
 
 The body is the request context the definition's templates see as `context.request.*`.
-Edge only: parse, authenticate, call the fire service.
+Edge only: authenticate (the route's first dependency, before the body is looked at),
+parse, call the fire service.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ops_contracts import ErrorBody, canonical_json
 
 from ..temporal.client import TemporalClientProvider
 from ..temporal.fire import fire_manual
-from .deps import Auth, OperatorToken, Settings
+from .credentials import OPERATOR_CREDENTIAL
+from .deps import Settings
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
@@ -104,12 +106,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.post(
-    "/{automation_id}/fire", status_code=202, response_model=FireResponse, responses=_ERRORS
+    "/{automation_id}/fire",
+    status_code=202,
+    response_model=FireResponse,
+    responses=_ERRORS,
+    dependencies=[OPERATOR_CREDENTIAL],
 )
 async def fire(
     automation_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")],
-    auth: Auth,
-    token: OperatorToken,
     settings: Settings,
     pool: Pool,
     temporal: Temporal,
@@ -117,7 +121,6 @@ async def fire(
 ) -> dict[str, str]:
     """Start RunActivityWorkflow for this automation (its UUID or slug) with the body as
     the request context; answers the workflow and run id."""
-    auth.require_operator(token)
     result = await fire_manual(
         pool,
         temporal,

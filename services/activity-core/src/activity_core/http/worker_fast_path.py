@@ -19,6 +19,10 @@ by the app's own exception handlers, looked up as Starlette's ExceptionMiddlewar
 them up (an exception none handles propagates to the server-error handler, as from a
 route). tests/integration/test_ac_worker_fast_path.py checks that both doors answer
 byte-identical responses and leave identical rows.
+
+Credentials before the body holds on both doors: a valid body's operation authenticates
+the caller before it acts on anything the body says, and a body handed on meets the body
+guard and the route, which check the credential before they word any 4xx of the body.
 """
 
 from __future__ import annotations

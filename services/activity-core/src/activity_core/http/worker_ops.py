@@ -52,7 +52,7 @@ async def heartbeat(
     assert run_id is not None
     worker_id = call.worker_id(body.worker_id)
     lease_seconds = body.lease_seconds or call.default_lease_seconds
-    return await call.queue.heartbeat(run_id, worker_id, lease_seconds)
+    return await call.queue.heartbeat(run_id, worker_id, lease_seconds, attempt=body.attempt)
 
 
 async def complete(
@@ -60,7 +60,9 @@ async def complete(
 ) -> dict[str, Any]:
     assert run_id is not None
     worker_id = call.worker_id(body.worker_id)
-    run, disposition = await call.queue.complete(run_id, worker_id, body.result)
+    run, disposition = await call.queue.complete(
+        run_id, worker_id, body.result, attempt=body.attempt
+    )
     return {**run, "close_disposition": disposition}
 
 
@@ -68,7 +70,12 @@ async def fail(call: WorkerCall, run_id: uuid.UUID | None, body: FailRequest) ->
     assert run_id is not None
     worker_id = call.worker_id(body.worker_id)
     run, disposition = await call.queue.fail(
-        run_id, worker_id, body.error, reopen=body.reopen, raw_result=body.result
+        run_id,
+        worker_id,
+        body.error,
+        reopen=body.reopen,
+        raw_result=body.result,
+        attempt=body.attempt,
     )
     return {**run, "close_disposition": disposition}
 

@@ -1,7 +1,14 @@
 """What a complete or fail does to a locked row: pure, so every branch is unit-testable.
 
 The order of refusals is the one the interface decisions fix: missing row, terminal row
-(reconciled or terminal_conflict), open row, another owner, ended lease, grant evidence.
+(reconciled or terminal_conflict), open row, another owner, ended lease or a stale
+attempt (both expired_lease), grant evidence.
+
+Fencing: a request that names its `attempt` belongs to one claim of the run. When the run
+has been claimed again since (its lease ended and it was reopened and claimed, perhaps by
+the same worker), the request is stale: expired_lease, exactly where an ended lease is
+refused. A terminal row is judged before that, by its recorded close alone: an exact
+repeat by its owner is reconciled whatever attempt it names, anything else conflicts.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ class CloseRequest:
     error: str | None
     reopen: bool
     intent_digest: str
+    # the claim the close belongs to (fencing); None: not checked
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,8 +86,9 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
         return Refuse(RefusalCode.state_conflict, "the run is open, not claimed")
     if row["claim_owner"] != request.worker_id:
         return Refuse(RefusalCode.wrong_owner, "the run is claimed by another worker")
-    if not row["lease_active"]:
-        return Refuse(RefusalCode.expired_lease, "the claim's lease has ended")
+    lease_refusal = _lease_refusal(row, request.attempt)
+    if lease_refusal is not None:
+        return lease_refusal
 
     transaction = (request.result or {}).get("repository_transaction")
     problem = grant_evidence_problem(request.action, row["repository_grant"], transaction)
@@ -92,10 +102,24 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
     return ApplyTerminal(RunState.failed)
 
 
+def _lease_refusal(row: Row, attempt: int | None) -> Refuse | None:
+    """expired_lease when the claim's lease has ended or the request names another
+    attempt than the run's current one."""
+    if not row["lease_active"]:
+        return Refuse(RefusalCode.expired_lease, "the claim's lease has ended")
+    if attempt is not None and attempt != int(row["attempt"]):
+        return Refuse(
+            RefusalCode.expired_lease,
+            f"attempt {attempt} is not the run's current attempt ({row['attempt']})",
+        )
+    return None
+
+
 def terminal_state_without_row(request: CloseRequest) -> RunState | None:
-    """The state this close reaches on any row claimed by its worker under an active lease
-    and queued without a repository grant, or None when that needs the row (a reopen can
-    stay below the ceiling) or can never apply (the result claims a grant).
+    """The state this close reaches on any row claimed by its worker under an active lease,
+    at the attempt the close names (if it names one), and queued without a repository
+    grant; or None when that needs the row (a reopen can stay below the ceiling) or can
+    never apply (the result claims a grant).
 
     The service tries exactly that case in one statement (queries.CLOSE_LEASED_UNGRANTED)
     before locking the row and asking decide_close.
@@ -112,14 +136,13 @@ def terminal_state_without_row(request: CloseRequest) -> RunState | None:
     return state
 
 
-def decide_heartbeat(row: Row | None, worker_id: str) -> Refuse | None:
-    """None when the lease may be extended."""
+def decide_heartbeat(row: Row | None, worker_id: str, attempt: int | None = None) -> Refuse | None:
+    """None when the lease may be extended: 404, then state_conflict unless claimed, then
+    wrong_owner, then expired_lease (an ended lease, or `attempt` not the current one)."""
     if row is None:
         return Refuse(RefusalCode.not_found, "no ops run with this id")
     if row["state"] != RunState.claimed:
         return Refuse(RefusalCode.state_conflict, f"the run is {row['state']}, not claimed")
     if row["claim_owner"] != worker_id:
         return Refuse(RefusalCode.wrong_owner, "the run is claimed by another worker")
-    if not row["lease_active"]:
-        return Refuse(RefusalCode.expired_lease, "the claim's lease has ended")
-    return None
+    return _lease_refusal(row, attempt)

@@ -28,19 +28,25 @@ def _qualified(alias: str) -> str:
 # lock does not conflict with the FOR KEY SHARE that a foreign-key check (task_spawn_log ->
 # ops_runs) takes on a just-emitted row, so SKIP LOCKED never skips a run it could claim.
 
+# At most this many stale claims are reopened by one RECLAIM_STALE statement.
+RECLAIM_STALE_BATCH = 500
+
 # Stale claims are reopened (or expired at the attempt ceiling) before a claim selects.
 # SKIP LOCKED: a row another claimer or closer holds is left to it; a bounded batch keeps
 # this statement short even after a fleet-wide outage left thousands of stale leases.
+# The service repeats it while a batch comes back full, so every stale claim it can lock
+# is reopened before the claim selects, however many there are: a claim never leases a
+# run that ranks below a stale one still waiting in a later batch.
 # RETURNING gives the owner that lost the lease (a reopened row's owner is cleared), so
 # the log line can still name the worker.
 # $1 = max attempts
-RECLAIM_STALE = """
+RECLAIM_STALE = f"""
 WITH stale AS (
     SELECT id, claim_owner
     FROM ops_runs
     WHERE state = 'claimed' AND lease_until <= now()
     ORDER BY lease_until
-    LIMIT 500
+    LIMIT {RECLAIM_STALE_BATCH}
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE ops_runs AS r
@@ -167,12 +173,14 @@ RETURNING {RUN_COLUMNS}
 """
 
 # The common close in one statement: the closer owns an active lease on a run queued
-# without a repository grant, so decide_close could only answer ApplyTerminal. The row
-# lock is the UPDATE's own; no row back means "not that case", and the service falls back
-# to LOCK_RUN_FOR_CLOSE + decide_close, which answers every other case (refusals,
-# reconciliation, grant evidence, reopen). The conditions here must stay a subset of
-# decide_close's ApplyTerminal branch (tests/unit/test_ac_close_fast_path.py).
-# $1 id, $2 worker, $3 terminal state, $4 result, $5 last_error, $6 close intent digest
+# without a repository grant, at the attempt the close names (fencing; NULL: not named),
+# so decide_close could only answer ApplyTerminal. The row lock is the UPDATE's own; no
+# row back means "not that case", and the service falls back to LOCK_RUN_FOR_CLOSE +
+# decide_close, which answers every other case (refusals, a stale attempt's
+# expired_lease, reconciliation, grant evidence, reopen). The conditions here must stay
+# a subset of decide_close's ApplyTerminal branch (tests/unit/test_ac_close_fast_path.py).
+# $1 id, $2 worker, $3 terminal state, $4 result, $5 last_error, $6 close intent digest,
+# $7 attempt
 CLOSE_LEASED_UNGRANTED = f"""
 UPDATE ops_runs
 SET state = $3, lease_until = NULL, result = $4, last_error = $5,
@@ -182,6 +190,7 @@ WHERE id = $1
   AND claim_owner = $2
   AND lease_until > now()
   AND repository_grant IS NULL
+  AND ($7::int IS NULL OR attempt = $7::int)
 RETURNING {RUN_COLUMNS}
 """
 
@@ -193,17 +202,20 @@ RETURNING {RUN_COLUMNS}
 # never deadlock. A closer whose run is not among the rows back takes the
 # locking path on its own (and waits there for its row alone). The service never
 # puts one run in a statement twice, so a row back names its closer.
-# $1 ids, $2 workers, $3 terminal states, $4 results, $5 last_errors, $6 digests
+# $1 ids, $2 workers, $3 terminal states, $4 results, $5 last_errors, $6 digests,
+# $7 attempts (NULL where a close names none)
 CLOSE_MANY_LEASED_UNGRANTED = f"""
 WITH closing AS (
     SELECT r.id, c.state, c.result, c.last_error, c.digest
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[])
-         AS c(id, worker_id, state, result, last_error, digest)
+    FROM unnest(
+             $1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], $7::int[]
+         ) AS c(id, worker_id, state, result, last_error, digest, attempt)
     JOIN ops_runs AS r ON r.id = c.id
     WHERE r.state = 'claimed'
       AND r.claim_owner = c.worker_id
       AND r.lease_until > now()
       AND r.repository_grant IS NULL
+      AND (c.attempt::int IS NULL OR r.attempt = c.attempt::int)
     FOR NO KEY UPDATE OF r SKIP LOCKED
 )
 UPDATE ops_runs AS r

@@ -102,10 +102,14 @@ class ListFilter:
 
 
 def project(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
-    """The read projection: historic results are normalized again before they leave."""
+    """The read projection of every answer (get, list, claim, heartbeat, close): historic
+    rows are normalized again before they leave, the result by the evidence allowlist and
+    the error text by the function that bounds it when it is stored."""
     run = {key: row[key] for key in queries.RUN_COLUMN_NAMES}
     if run["result"] is not None:
         run["result"] = normalize_result(run["result"])
+    if run["last_error"] is not None:
+        run["last_error"] = sanitize_error(run["last_error"])
     return run
 
 
@@ -181,11 +185,21 @@ class QueueService:
         # statements, no BEGIN/COMMIT round trips; when nothing is stale the reclaim
         # writes nothing.
         rows = await self._claims.submit(key, (spec.worker_id, spec.lease_seconds))
-        stale: Sequence[asyncpg.Record] = ()
+        stale: list[asyncpg.Record] = []
         if not rows:
             args = (spec.worker_id, spec.lease_seconds, spec.limit, key[0], list(labels))
             async with self._connection() as conn:
-                stale = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+                # One bounded batch at a time, until a batch comes back short: then every
+                # stale claim this claim could lock is reopened, so it selects in claim
+                # order among all of them (a claim never leases a run that ranks below a
+                # stale claim left for a later batch). A row another transaction holds (a
+                # concurrent claim's reclaim, a close being refused) is skipped, not
+                # waited for: that reclaim reopens it, or the next claim does.
+                while True:
+                    batch = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+                    stale.extend(batch)
+                    if len(batch) < queries.RECLAIM_STALE_BATCH:
+                        break
                 rows = await conn.fetch(queries.CLAIM, *args)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         self._record_stale(stale, trigger="claim")
@@ -245,11 +259,11 @@ class QueueService:
     # -- heartbeat -----------------------------------------------------------------------
 
     async def heartbeat(
-        self, run_id: uuid.UUID, worker_id: str, lease_seconds: int
+        self, run_id: uuid.UUID, worker_id: str, lease_seconds: int, *, attempt: int | None = None
     ) -> dict[str, Any]:
         async with self._connection() as conn, conn.transaction():
             row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
-            refusal = decide_heartbeat(row, worker_id)
+            refusal = decide_heartbeat(row, worker_id, attempt)
             if refusal is not None:
                 raise self._refuse(refusal, run_id, worker_id, "heartbeat")
             updated = await conn.fetchrow(queries.HEARTBEAT, run_id, lease_seconds)
@@ -260,7 +274,12 @@ class QueueService:
     # -- complete / fail -------------------------------------------------------------------
 
     async def complete(
-        self, run_id: uuid.UUID, worker_id: str, raw_result: dict[str, Any]
+        self,
+        run_id: uuid.UUID,
+        worker_id: str,
+        raw_result: dict[str, Any],
+        *,
+        attempt: int | None = None,
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = normalize_result(raw_result)
         intent = CloseIntent(
@@ -270,7 +289,7 @@ class QueueService:
             error=None,
             reopen=False,
         )
-        return await self._close(run_id, intent)
+        return await self._close(run_id, intent, attempt)
 
     async def fail(
         self,
@@ -280,6 +299,7 @@ class QueueService:
         *,
         reopen: bool,
         raw_result: dict[str, Any] | None,
+        attempt: int | None = None,
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = None if raw_result is None else normalize_result(raw_result)
         intent = CloseIntent(
@@ -289,11 +309,13 @@ class QueueService:
             error=sanitize_error(error),
             reopen=reopen,
         )
-        return await self._close(run_id, intent)
+        return await self._close(run_id, intent, attempt)
 
     async def _close(
-        self, run_id: uuid.UUID, intent: CloseIntent
+        self, run_id: uuid.UUID, intent: CloseIntent, attempt: int | None
     ) -> tuple[dict[str, Any], CloseDisposition]:
+        # The attempt fences the close to one claim of the run; it is not part of the
+        # intent, so a repeat of a recorded close reconciles whichever attempt it names.
         request = CloseRequest(
             action=intent.action,
             worker_id=intent.worker_id,
@@ -301,11 +323,12 @@ class QueueService:
             error=intent.error,
             reopen=intent.reopen,
             intent_digest=close_intent_digest(intent),
+            attempt=attempt,
         )
         started = time.perf_counter()
-        # The common close (the closer's active lease on a run queued without a grant) is
-        # one conditional UPDATE, shared with the common closes that arrive together; no
-        # row back means "not that case" and nothing changed.
+        # The common close (the closer's active lease, at the attempt it names, on a run
+        # queued without a grant) is one conditional UPDATE, shared with the common closes
+        # that arrive together; no row back means "not that case" and nothing changed.
         state = terminal_state_without_row(request)
         updated: Any = None
         if state is not None:
@@ -349,6 +372,7 @@ class QueueService:
                     request.result,
                     request.error,
                     request.intent_digest,
+                    request.attempt,
                 )
                 rows = [] if row is None else [row]
             else:
@@ -360,6 +384,7 @@ class QueueService:
                     [request.result for _, _, request in unique],
                     [request.error for _, _, request in unique],
                     [request.intent_digest for _, _, request in unique],
+                    [request.attempt for _, _, request in unique],
                 )
         by_run = {row["id"]: row for row in rows}
         return [
