@@ -356,7 +356,7 @@ Hook = Callable[[httpx.Request], Awaitable[httpx.Response | None]]
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
-    """Forwards to `inner`, recording `METHOD path` of every request.
+    """Forwards to `inner`, recording `METHOD path` of every request, and its JSON body.
 
     `before(request)` may answer instead of the inner transport (or raise, like a network
     failure would); `after(request, response)` may replace or drop the response.
@@ -365,6 +365,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
         self.calls: list[str] = []
+        self.bodies: list[tuple[str, Any]] = []
         self.before: Hook | None = None
         self.after: Callable[[httpx.Request, httpx.Response], Awaitable[httpx.Response]] | None = (
             None
@@ -373,8 +374,15 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     def paths(self, suffix: str) -> list[str]:
         return [call for call in self.calls if call.endswith(suffix)]
 
+    def sent(self, suffix: str) -> list[Any]:
+        """The JSON bodies of the requests whose path ends with `suffix`, in order."""
+        return [body for call, body in self.bodies if call.endswith(suffix)]
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.calls.append(f"{request.method} {request.url.path}")
+        call = f"{request.method} {request.url.path}"
+        self.calls.append(call)
+        content = await request.aread()
+        self.bodies.append((call, json.loads(content) if content else None))
         if self.before is not None:
             answer = await self.before(request)
             if answer is not None:

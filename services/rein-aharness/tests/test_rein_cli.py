@@ -93,6 +93,8 @@ def test_status_exits_1_while_pending_and_lists_the_entry(
         "key": key,
         "run_id": RUN,
         "action": "complete",
+        "worker_id": "rein-aharness@railiance01",
+        "run_attempt": None,
         "attempts": 0,
         "last_failure_class": None,
         "age_seconds": entry["age_seconds"],
@@ -161,6 +163,7 @@ def test_replay_delivers_and_exits_0(
         "failed": 0,
         "quarantined": 0,
         "skipped": 0,
+        "set_aside": 0,
         "invalid_quarantined": 0,
         "pruned": 0,
         "stopped_early": False,
@@ -206,6 +209,38 @@ def test_replay_conclusive_refusal_quarantines_and_exits_3(
         "quarantined",
         "conclusive_refusal",
         "terminal_conflict",
+    )
+
+
+def test_replay_sends_only_the_configured_identity_and_sets_the_others_aside(
+    capsys: pytest.CaptureFixture[str],
+    cli_store: OutboxStore,
+    make_close: Factory,
+    projection: Callable[..., Any],
+) -> None:
+    """An entry recorded under another identity would be refused (403) for this token
+    alone; it must not end the pass before the configured identity's entries."""
+    cli_store.enqueue_close(**make_close(run_id="old-run", worker_id="rein-aharness@previous"))
+    cli_store.enqueue_close(**make_close())
+    with respx.mock(base_url=BASE, assert_all_called=False) as router:
+        foreign = router.post("/ops-runs/old-run/complete").mock(
+            return_value=httpx.Response(
+                403, json={"code": "worker_identity_mismatch", "detail": "x"}
+            )
+        )
+        own = router.post(f"/ops-runs/{RUN}/complete").mock(
+            return_value=_closed(projection, "applied")
+        )
+        code, report = _json(capsys, "close-outbox", "replay", "--json")
+    assert (foreign.call_count, own.call_count) == (0, 1)
+    assert code == ExitCode.PENDING
+    assert report["replay"]["set_aside"] == 1 and report["replay"]["delivered"] == 1
+    assert report["replay"]["stopped_early"] is False
+    [entry] = report["entries"]
+    assert (entry["state"], entry["run_id"], entry["worker_id"]) == (
+        "pending",
+        "old-run",
+        "rein-aharness@previous",
     )
 
 

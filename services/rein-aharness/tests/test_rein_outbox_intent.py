@@ -9,8 +9,14 @@ import pytest
 
 from ops_contracts import CloseAction, close_intent_digest, digest_hex
 from ops_evidence import MAX_ENCODED_BYTES, MAX_ERROR_CHARS, MAX_IDENTIFIER_CHARS, encoded_size
+from rein_aharness.gateway import transaction_id_for
 from rein_aharness.outbox import KEY_DOMAIN, InvalidCloseIntentError, entry_key, prepare_close
-from rein_aharness.outbox.intent import intent_problems, result_bound_problems
+from rein_aharness.outbox.intent import (
+    attempt_of_transaction,
+    intent_problems,
+    result_bound_problems,
+)
+from rein_worker_kit import ops_run
 
 Factory = Callable[..., dict[str, Any]]
 
@@ -195,3 +201,75 @@ def test_action_accepts_enum_and_string(make_close: Factory) -> None:
     by_enum = prepare_close(**make_close(action=CloseAction.complete))
     by_text = prepare_close(**make_close(action="complete"))
     assert by_enum == by_text
+
+
+# -- the attempt a close was decided under (fencing) -------------------------------------------
+
+RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+
+
+def test_the_attempt_is_kept_beside_the_intent_and_never_changes_its_digest(
+    make_close: Factory,
+) -> None:
+    without = prepare_close(**make_close())
+    first = prepare_close(**make_close(attempt=1))
+    second = prepare_close(**make_close(attempt=2))
+    assert (without.attempt, first.attempt, second.attempt) == (None, 1, 2)
+    assert without.intent == first.intent == second.intent
+    assert "attempt" not in first.intent.model_dump()
+    assert len({without.intent_digest, first.intent_digest, second.intent_digest}) == 1
+    assert first.key == second.key  # the key is still run id + transaction id only
+
+
+def test_the_attempt_of_a_worker_transaction_id_is_taken_when_none_is_given(
+    make_close: Factory,
+) -> None:
+    assert prepare_close(**make_close(transaction_id=f"rtx-{RUN}.4")).attempt == 4
+    assert prepare_close(**make_close(transaction_id=f"rtx-{RUN}.4", attempt=4)).attempt == 4
+    assert prepare_close(**make_close(transaction_id="txn-0001")).attempt is None
+
+
+def test_the_gateway_transaction_id_names_the_claimed_attempt() -> None:
+    for attempt in (1, 7, 2**31 - 1):
+        run = ops_run(attempt=attempt)
+        assert attempt_of_transaction(str(run.id), transaction_id_for(run)) == attempt
+
+
+@pytest.mark.parametrize(
+    "transaction_id",
+    [
+        f"rtx-{RUN}",
+        f"rtx-{RUN}.",
+        f"rtx-{RUN}.0",
+        f"rtx-{RUN}.01",
+        f"rtx-{RUN}.1.2",
+        f"rtx-{RUN}.{2**31}",
+        f"rtx-{RUN}x.1",
+        f"RTX-{RUN}.1",
+        "txn-0001",
+        None,
+    ],
+)
+def test_other_transaction_ids_name_no_attempt(transaction_id: str | None) -> None:
+    assert attempt_of_transaction(RUN, transaction_id) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"attempt": 0}, "attempt: must be a positive 32-bit integer"),
+        ({"attempt": 2**31}, "attempt: must be a positive 32-bit integer"),
+        ({"attempt": True}, "attempt: must be a positive 32-bit integer"),
+        ({"attempt": "1"}, "attempt: must be a positive 32-bit integer"),
+        (
+            {"transaction_id": f"rtx-{RUN}.2", "attempt": 3},
+            "attempt: differs from the one the transaction id names",
+        ),
+    ],
+)
+def test_a_bad_attempt_is_refused(
+    make_close: Factory, overrides: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(InvalidCloseIntentError) as caught:
+        prepare_close(**make_close(**overrides))
+    assert caught.value.problems == (problem,)

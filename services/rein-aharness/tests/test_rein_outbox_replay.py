@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition, RefusalCode
+from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition, RefusalCode, canonical_json
 from rein_aharness.adapters.queue_errors import (
     QueueAuthError,
     QueueRejectedError,
@@ -28,6 +28,7 @@ from rein_aharness.outbox import (
 from rein_aharness.outbox.record import OutboxRecord
 
 Factory = Callable[..., dict[str, Any]]
+RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"  # make_close's run id
 
 
 def _files(directory: Path) -> list[str]:
@@ -377,6 +378,12 @@ CORRUPTIONS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "wrong format": (lambda data: _corrupt(data, format="v2"), "invalid_record"),
     "negative attempts": (lambda data: _corrupt(data, attempts=-1), "invalid_record"),
     "string attempts": (lambda data: _corrupt(data, attempts="1"), "invalid_record"),
+    "zero attempt": (lambda data: _corrupt(data, attempt=0), "invalid_record"),
+    "boolean attempt": (lambda data: _corrupt(data, attempt=True), "invalid_record"),
+    "v1 with an attempt": (
+        lambda data: _corrupt(data, format="rein-aharness/close-outbox-entry/v1", attempt=3),
+        "invalid_record",
+    ),
     "pretty printed": (
         lambda data: json.dumps(json.loads(data), indent=2).encode(),
         "not_canonical",
@@ -647,6 +654,167 @@ def test_a_pruned_identity_can_be_enqueued_again(
     assert again.state == "pending" and again.created
 
 
+def test_a_pruned_identity_forgets_its_intent_and_accepts_a_different_one(
+    outbox_root: Path, make_close: Factory, clock: Any
+) -> None:
+    """What store.py's docstring says: after pruning, a conflicting intent is no longer
+    refused here; Activity Core's refusals (and fencing) are what stop it."""
+    from datetime import timedelta
+
+    from rein_aharness.outbox import OutboxConflictError, Retention
+
+    store = OutboxStore(
+        outbox_root, clock=clock, retention=Retention(max_age=timedelta(days=1), keep_newest=0)
+    )
+    store.enqueue_close(**make_close(transaction_id=f"rtx-{RUN}.1"))
+    _replay(store, Recorder(store))
+    different = make_close(transaction_id=f"rtx-{RUN}.1", result={"ok": False})
+    with pytest.raises(OutboxConflictError):
+        store.enqueue_close(**different)
+    clock.advance(days=2)
+    _replay(store, Recorder(store))
+    again = store.enqueue_close(**different)
+    assert again.state == "pending" and again.created
+    assert again.record.attempt == 1  # still fenced to the attempt it names
+
+
 def test_negative_limit_is_refused(store: OutboxStore) -> None:
     with pytest.raises(ValueError):
         _replay(store, Recorder(store), limit=-1)
+
+
+# -- the attempt each entry is sent with; records written before it was stored --------------
+
+
+def _rewrite(store: OutboxStore, key: str, **changes: Any) -> None:
+    path = store.paths.pending / f"{key}.json"
+    value = json.loads(path.read_bytes())
+    for name, new in changes.items():
+        if new is _DROP:
+            del value[name]
+        else:
+            value[name] = new
+    path.write_bytes(canonical_json(value))
+
+
+_DROP = object()
+_V1 = "rein-aharness/close-outbox-entry/v1"
+
+
+def test_the_attempt_is_stored_and_reaches_the_callback(
+    store: OutboxStore, make_close: Factory
+) -> None:
+    key = store.enqueue_close(**make_close(attempt=7)).record.key
+    assert _record_on_disk(store, key)["attempt"] == 7
+    recorder = Recorder(store)
+    _replay(store, recorder)
+    assert [record.attempt for record in recorder.calls] == [7]
+    assert _record_on_disk(store, key, "delivered")["attempt"] == 7
+
+
+@pytest.mark.parametrize(
+    ("transaction_id", "attempt"),
+    [(f"rtx-{RUN}.3", 3), ("txn-0001", None), (f"rtx-{RUN}", None), ("rtx-other.3", None)],
+    ids=["worker-shape", "other-shape", "no-attempt", "other-run"],
+)
+def test_a_previous_version_record_is_delivered_with_the_attempt_its_transaction_names(
+    store: OutboxStore, make_close: Factory, transaction_id: str, attempt: int | None
+) -> None:
+    key = store.enqueue_close(**make_close(transaction_id=transaction_id)).record.key
+    _rewrite(store, key, format=_V1, attempt=_DROP)
+    assert "attempt" not in _record_on_disk(store, key)
+    recorder = Recorder(store, RuntimeError("retry later"))
+    report = _replay(store, recorder)
+    assert report.invalid_quarantined == 0 and _files(store.paths.quarantine) == []
+    assert [record.attempt for record in recorder.calls] == [attempt]
+    # the next change of its state wrote it as the current format, attempt included
+    on_disk = _record_on_disk(store, key)
+    assert (on_disk["format"], on_disk["attempt"], on_disk["attempts"]) == (
+        "rein-aharness/close-outbox-entry/v2",
+        attempt,
+        1,
+    )
+    recorder.answer = CloseDisposition.applied
+    _replay(store, recorder)
+    assert [record.attempt for record in recorder.calls] == [attempt, attempt]
+    assert store.snapshot().pending == () and store.snapshot().quarantined == ()
+
+
+@pytest.mark.parametrize("stored", [2, None], ids=["another-attempt", "none"])
+def test_an_attempt_contradicting_the_transaction_id_is_quarantined(
+    store: OutboxStore, make_close: Factory, stored: int | None
+) -> None:
+    key = store.enqueue_close(**make_close(transaction_id=f"rtx-{RUN}.3")).record.key
+    _rewrite(store, key, attempt=stored)
+    recorder = Recorder(store)
+    _replay(store, recorder)
+    assert recorder.calls == []
+    [entry] = store.snapshot().quarantined
+    assert entry.reason == "attempt_mismatch"
+
+
+def test_the_same_identity_under_another_attempt_is_a_conflict(
+    store: OutboxStore, make_close: Factory
+) -> None:
+    from rein_aharness.outbox import OutboxConflictError
+
+    store.enqueue_close(**make_close(attempt=1))
+    with pytest.raises(OutboxConflictError) as caught:
+        store.enqueue_close(**make_close(attempt=2))
+    assert caught.value.fields == ("attempt",)
+
+
+# -- entries recorded under another worker identity -------------------------------------------
+
+OTHER = "rein-aharness@previous-id"
+
+
+def test_entries_of_another_identity_are_quarantined_and_never_sent(
+    store: OutboxStore, make_close: Factory, clock: Any
+) -> None:
+    foreign = store.enqueue_close(**make_close(run_id="old", worker_id=OTHER)).record.key
+    clock.advance(seconds=1)
+    own = store.enqueue_close(**make_close(run_id="new")).record.key
+    recorder = Recorder(store)
+    report = _replay(store, recorder, identity="rein-aharness@railiance01", quarantine_foreign=True)
+    assert [record.key for record in recorder.calls] == [own]
+    assert [(o.key, o.outcome, o.detail) for o in report.outcomes] == [
+        (foreign, "quarantined", "foreign_worker_identity"),
+        (own, "delivered", "applied"),
+    ]
+    assert report.invalid_quarantined == 0
+    [entry] = store.snapshot().quarantined
+    assert (entry.run_id, entry.worker_id, entry.reason) == (
+        "old",
+        OTHER,
+        "foreign_worker_identity",
+    )
+    assert f"{foreign}.json" in _files(store.paths.quarantine)  # moved intact
+    sidecar = json.loads((store.paths.quarantine / f"{foreign}.reason.json").read_bytes())
+    assert sidecar["reason"] == "foreign_worker_identity"
+
+
+def test_entries_of_another_identity_can_be_set_aside_and_stay_pending(
+    store: OutboxStore, make_close: Factory, clock: Any
+) -> None:
+    store.enqueue_close(**make_close(run_id="old", worker_id=OTHER))
+    for index in range(3):
+        clock.advance(seconds=1)
+        store.enqueue_close(**make_close(run_id=f"own-{index}"))
+    recorder = Recorder(store)
+    report = _replay(store, recorder, identity="rein-aharness@railiance01", limit=2)
+    assert [record.run_id for record in recorder.calls] == ["own-0", "own-1"]
+    assert report.count("set_aside") == 1 and report.count("delivered") == 2
+    assert sorted(entry.run_id or "" for entry in store.snapshot().pending) == ["old", "own-2"]
+    assert store.snapshot().quarantined == ()
+    # and the identity that recorded it delivers it
+    later = Recorder(store)
+    _replay(store, later, identity=OTHER)
+    assert [record.run_id for record in later.calls] == ["old"]
+
+
+def test_without_an_identity_every_entry_is_sent(store: OutboxStore, make_close: Factory) -> None:
+    store.enqueue_close(**make_close(run_id="old", worker_id=OTHER))
+    recorder = Recorder(store)
+    _replay(store, recorder)
+    assert [record.run_id for record in recorder.calls] == ["old"]

@@ -104,11 +104,12 @@ async def test_heartbeat_extends_the_lease(
     route = router.post(f"/ops-runs/{RUN}/heartbeat").mock(
         return_value=httpx.Response(200, json=projection())
     )
-    run = await client.heartbeat(RUN, WORKER, lease_seconds=600)
+    run = await client.heartbeat(RUN, WORKER, lease_seconds=600, attempt=2)
     assert str(run.id) == RUN
     assert json.loads(route.calls.last.request.content) == {
         "worker_id": WORKER,
         "lease_seconds": 600,
+        "attempt": 2,
     }
 
 
@@ -118,7 +119,7 @@ async def test_heartbeat_refusals_are_typed_and_not_retried(
 ) -> None:
     route = router.post(f"/ops-runs/{RUN}/heartbeat").mock(return_value=_refusal(code))
     with pytest.raises(QueueRefusedError) as caught:
-        await client.heartbeat(RUN, WORKER)
+        await client.heartbeat(RUN, WORKER, attempt=1)
     assert caught.value.code == code
     assert route.call_count == 1
 
@@ -130,19 +131,50 @@ async def test_complete_and_fail_return_the_disposition(
         return_value=_closed(projection, "applied")
     )
     fail = router.post(f"/ops-runs/{RUN}/fail").mock(return_value=_closed(projection, "reopened"))
-    done = await client.complete(RUN, WORKER, {"ok": True})
+    done = await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert done.close_disposition is CloseDisposition.applied
-    failed = await client.fail(RUN, WORKER, "llm timeout", reopen=True)
+    failed = await client.fail(RUN, WORKER, "llm timeout", reopen=True, attempt=3)
     assert failed.close_disposition is CloseDisposition.reopened
     assert json.loads(complete.calls.last.request.content) == {
         "worker_id": WORKER,
         "result": {"ok": True},
+        "attempt": 1,
     }
     assert json.loads(fail.calls.last.request.content) == {
         "worker_id": WORKER,
         "error": "llm timeout",
         "reopen": True,
+        "attempt": 3,
     }
+
+
+async def test_a_close_without_a_known_attempt_is_sent_without_one(
+    router: respx.MockRouter, client: ActivityCoreQueueClient, projection: Callable[..., Any]
+) -> None:
+    """Only for an outbox record that never knew its attempt (see close_delivery)."""
+    complete = router.post(f"/ops-runs/{RUN}/complete").mock(
+        return_value=_closed(projection, "applied")
+    )
+    fail = router.post(f"/ops-runs/{RUN}/fail").mock(return_value=_closed(projection, "applied"))
+    await client.complete(RUN, WORKER, {"ok": True}, attempt=None)
+    await client.fail(RUN, WORKER, "boom", attempt=None)
+    assert "attempt" not in json.loads(complete.calls.last.request.content)
+    assert "attempt" not in json.loads(fail.calls.last.request.content)
+
+
+@pytest.mark.parametrize("attempt", [0, -1])
+async def test_a_claimed_run_without_a_valid_attempt_is_a_protocol_error(
+    router: respx.MockRouter,
+    client: ActivityCoreQueueClient,
+    projection: Callable[..., Any],
+    attempt: int,
+) -> None:
+    """Nothing done under it could be fenced: the claim is not the documented answer."""
+    router.post("/ops-runs/claim").mock(
+        return_value=httpx.Response(200, json={"runs": [projection(attempt=attempt)]})
+    )
+    with pytest.raises(QueueProtocolError, match="without a valid attempt"):
+        await client.claim(WORKER)
 
 
 @pytest.mark.parametrize("code", sorted(CONCLUSIVE_CLOSE_REFUSALS))
@@ -153,9 +185,9 @@ async def test_conclusive_close_refusals_raise_close_refused_without_retry(
     route = router.post(f"/ops-runs/{RUN}/{action}").mock(return_value=_refusal(code.value))
     with pytest.raises(CloseRefusedError) as caught:
         if action == "complete":
-            await client.complete(RUN, WORKER, {"ok": True})
+            await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
         else:
-            await client.fail(RUN, WORKER, "boom")
+            await client.fail(RUN, WORKER, "boom", attempt=1)
     assert caught.value.code is code
     assert route.call_count == 1
 
@@ -173,7 +205,7 @@ async def test_5xx_is_retried_then_raised_as_transient(
 ) -> None:
     route = router.post(f"/ops-runs/{RUN}/complete").mock(return_value=response)
     with pytest.raises(QueueUnavailableError) as caught:
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert isinstance(caught.value, QueueTransientError)
     assert route.call_count == FAST.attempts
 
@@ -187,7 +219,7 @@ async def test_transport_errors_are_retried_then_raised_as_transient(
 ) -> None:
     route = router.post(f"/ops-runs/{RUN}/complete").mock(side_effect=error)
     with pytest.raises(QueueTransportError):
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert route.call_count == FAST.attempts
 
 
@@ -201,7 +233,7 @@ async def test_a_transient_failure_followed_by_success_succeeds(
             _closed(projection, "reconciled"),
         ]
     )
-    response = await client.complete(RUN, WORKER, {"ok": True})
+    response = await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert response.close_disposition is CloseDisposition.reconciled
     assert route.call_count == 3
 
@@ -218,7 +250,7 @@ async def test_auth_failures_are_typed_and_never_retried(
         return_value=httpx.Response(status, json=body)
     )
     with pytest.raises(QueueAuthError) as caught:
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert caught.value.status == status
     assert route.call_count == 1
 
@@ -239,7 +271,7 @@ async def test_unclassified_rejections_are_neither_conclusive_nor_retried(
 ) -> None:
     route = router.post(f"/ops-runs/{RUN}/complete").mock(return_value=response)
     with pytest.raises(QueueRejectedError):
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert route.call_count == 1
 
 
@@ -250,7 +282,7 @@ async def test_a_2xx_with_an_unexpected_body_is_a_protocol_error(
         return_value=httpx.Response(200, json=projection())  # no close_disposition
     )
     with pytest.raises(QueueProtocolError):
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
 
 
 async def test_error_messages_carry_no_server_detail(
@@ -260,7 +292,7 @@ async def test_error_messages_carry_no_server_detail(
         return_value=httpx.Response(422, json={"code": "invalid_request", "detail": "SECRET"})
     )
     with pytest.raises(QueueRejectedError) as caught:
-        await client.complete(RUN, WORKER, {"ok": True})
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert "SECRET" not in str(caught.value)
     assert "422" in str(caught.value) and "invalid_request" in str(caught.value)
 
@@ -280,7 +312,7 @@ async def test_run_ids_are_path_quoted(
     route = router.post(url__regex=r".*/ops-runs/a%2Fb/complete$").mock(
         return_value=_closed(projection, "applied")
     )
-    await client.complete("a/b", WORKER, {"ok": True})
+    await client.complete("a/b", WORKER, {"ok": True}, attempt=1)
     assert route.called
 
 
@@ -309,7 +341,9 @@ async def test_deliver_close_sends_exactly_the_stored_intent(
     fail = router.post("/ops-runs/failed-run/fail").mock(
         return_value=_closed(projection, "reopened")
     )
-    done = store.enqueue_close(**make_close(result={"ok": True, "tool_output": "dropped"}))
+    done = store.enqueue_close(
+        **make_close(result={"ok": True, "tool_output": "dropped"}, attempt=3)
+    )
     failed = store.enqueue_close(
         **make_fail(run_id="failed-run", reopen=True, result={"ok": False}, error="x\ny")
     )
@@ -319,7 +353,10 @@ async def test_deliver_close_sends_exactly_the_stored_intent(
     assert json.loads(complete.calls.last.request.content) == {
         "worker_id": "rein-aharness@railiance01",
         "result": {"ok": True},
+        "attempt": 3,
     }
+    # its transaction id is not the worker's rtx- shape and it was given no attempt
+    assert failed.record.attempt is None
     assert json.loads(fail.calls.last.request.content) == {
         "worker_id": "rein-aharness@railiance01",
         "error": "x y",

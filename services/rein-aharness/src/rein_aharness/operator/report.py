@@ -7,14 +7,21 @@ JSON shape (`format` versions it; keys are sorted; `replay` is null for status):
      "counts": {"pending": 1, "delivered": 12, "quarantined": 1},
      "entries": [{"state": "pending" | "quarantined", "name": "<file>", "key": ...,
                   "run_id": ..., "action": "complete" | "fail" | null,
+                  "worker_id": "<recorded identity>" | null,
+                  "run_attempt": 2 | null,
                   "attempts": 2, "last_failure_class": "QueueTransportError" | null,
                   "age_seconds": 95, "reason": null | "<quarantine reason>",
                   "code": null | "<refusal code>"}],
      "replay": null | {"attempted": 3, "delivered": 1, "failed": 1, "quarantined": 1,
-                       "skipped": 0, "invalid_quarantined": 0, "pruned": 0,
-                       "stopped_early": false}}
+                       "skipped": 0, "set_aside": 0, "invalid_quarantined": 0,
+                       "pruned": 0, "stopped_early": false}}
 
-Fields an unreadable record cannot provide are null.
+`attempts` counts delivery attempts; `run_attempt` is the claim attempt the close was
+decided under (sent with it for fencing). `quarantined` in `replay` counts conclusive
+refusals and entries of another worker identity (reason `foreign_worker_identity`);
+`set_aside` counts entries of another identity that an operator's replay (with
+ACTIVITY_CORE_WORKER_ID set) left pending. Fields an unreadable record cannot provide
+are null.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rein_aharness.outbox.record import QuarantineReason
 from rein_aharness.outbox.replay import ReplayReport
 from rein_aharness.outbox.store import EntrySummary, OutboxSnapshot
 
@@ -29,7 +37,7 @@ __all__ = ["REPORT_FORMAT", "format_age", "render_json", "render_table", "report
 
 REPORT_FORMAT = "rein-aharness/close-outbox-report/v1"
 
-_COLUMNS = ("STATE", "RUN ID", "ACTION", "ATTEMPTS", "LAST FAILURE", "AGE", "REASON")
+_COLUMNS = ("STATE", "RUN ID", "ACTION", "ATTEMPTS", "LAST FAILURE", "AGE", "WORKER", "REASON")
 
 
 def _age_seconds(entry: EntrySummary, snapshot: OutboxSnapshot) -> int | None:
@@ -70,6 +78,8 @@ def report_dict(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) ->
                 "key": entry.key,
                 "run_id": entry.run_id,
                 "action": entry.action,
+                "worker_id": entry.worker_id,
+                "run_attempt": entry.run_attempt,
                 "attempts": entry.attempts,
                 "last_failure_class": entry.last_failure_class,
                 "age_seconds": _age_seconds(entry, snapshot),
@@ -84,15 +94,25 @@ def report_dict(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) ->
 
 def _replay_dict(replay: ReplayReport) -> dict[str, Any]:
     return {
-        "attempted": len(replay.outcomes) - replay.count("skipped"),
+        "attempted": replay.count("delivered") + replay.count("failed") + _refused(replay),
         "delivered": replay.count("delivered"),
         "failed": replay.count("failed"),
         "quarantined": replay.count("quarantined"),
         "skipped": replay.count("skipped"),
+        "set_aside": replay.count("set_aside"),
         "invalid_quarantined": replay.invalid_quarantined,
         "pruned": replay.pruned,
         "stopped_early": replay.stopped_early,
     }
+
+
+def _refused(replay: ReplayReport) -> int:
+    """Quarantined after a request (a conclusive refusal), not for another identity."""
+    return sum(
+        1
+        for item in replay.outcomes
+        if item.outcome == "quarantined" and item.detail != QuarantineReason.foreign_worker_identity
+    )
 
 
 def render_json(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> str:
@@ -107,8 +127,9 @@ def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -
         summary = data["replay"]
         lines.append(
             "replay: {attempted} attempted, {delivered} delivered, {failed} failed, "
-            "{quarantined} quarantined (refused), {invalid_quarantined} invalid records "
-            "quarantined, {pruned} delivered records pruned".format(**summary)
+            "{quarantined} quarantined (refused or another worker identity), "
+            "{set_aside} set aside (another worker identity), {invalid_quarantined} invalid "
+            "records quarantined, {pruned} delivered records pruned".format(**summary)
             + (
                 " - stopped early: Activity Core unreachable or refusing credentials"
                 if summary["stopped_early"]
@@ -134,6 +155,7 @@ def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -
                 "-" if entry["attempts"] is None else str(entry["attempts"]),
                 entry["last_failure_class"] or "-",
                 format_age(entry["age_seconds"]),
+                entry["worker_id"] or "-",
                 reason,
             )
         )

@@ -38,8 +38,8 @@ class InvalidCloseIntentError(OutboxError):
 class OutboxConflictError(OutboxError):
     """The entry key is already used by a different intent; the new one is refused.
 
-    `fields` names what differs (`worker_id`, `action`, `result`, `error`, `reopen`);
-    no value is repeated in the message.
+    `fields` names what differs (`worker_id`, `action`, `result`, `error`, `reopen`,
+    `attempt`); no value is repeated in the message.
     """
 
     def __init__(self, key: str, state: str, fields: Iterable[str]) -> None:

@@ -6,6 +6,14 @@ Activity Core's (`ops_evidence.normalize_result`), the error through
 `ops_evidence.sanitize_error`, and the outcome is then checked against the evidence
 bounds. Nothing else is kept: no prompt, provider body, credential, raw tool stream or
 workload callback can reach an entry, because the intent has no field to hold them.
+
+Beside the intent, an entry carries the claim attempt its close was decided under
+(fencing: Activity Core refuses a close whose attempt is not the run's current one with
+`expired_lease`). The attempt is not part of the intent: the intent's digest is what
+Activity Core stores and compares for reconciliation, and it must not change with the
+outbox's bookkeeping. The worker's transaction id already names the attempt
+(`rtx-<run-id>.<attempt>`, `transaction_id_for`); the attempt is stored explicitly all the
+same, and derived from that shape only for records written before it was stored.
 """
 
 from __future__ import annotations
@@ -15,20 +23,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 import ops_evidence
-from ops_contracts import CloseAction, CloseIntent, close_intent_digest, digest_hex
+from ops_contracts import Attempt, CloseAction, CloseIntent, close_intent_digest, digest_hex
 from rein_aharness.outbox.errors import InvalidCloseIntentError
 
 __all__ = [
     "KEY_DOMAIN",
     "PreparedClose",
+    "attempt_of_transaction",
+    "attempt_problem",
     "entry_key",
     "identifier_problem",
     "intent_problems",
     "prepare_close",
     "result_bound_problems",
+    "transaction_id_for_attempt",
 ]
 
 KEY_DOMAIN = "rein-aharness/close-outbox-key/v1"
@@ -36,6 +47,17 @@ KEY_DOMAIN = "rein-aharness/close-outbox-key/v1"
 # Run ids, transaction ids and worker ids are opaque tokens: visible ASCII, no spaces,
 # at most ops_evidence.MAX_IDENTIFIER_CHARS long.
 _IDENTIFIER = re.compile(r"[\x21-\x7e]+")
+_TRANSACTION_PREFIX = "rtx-"
+_ATTEMPT_SUFFIX = re.compile(r"\.([1-9][0-9]{0,9})")
+_ATTEMPT = TypeAdapter(Attempt)
+
+
+def _valid_attempt(value: object) -> bool:
+    try:
+        _ATTEMPT.validate_python(value, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,7 @@ class PreparedClose:
     transaction_id: str | None
     intent: CloseIntent
     intent_digest: str
+    attempt: int | None = None
 
 
 def identifier_problem(name: str, value: object, *, optional: bool = False) -> str | None:
@@ -58,6 +81,40 @@ def identifier_problem(name: str, value: object, *, optional: bool = False) -> s
         return f"{name}: longer than {ops_evidence.MAX_IDENTIFIER_CHARS} characters"
     if not _IDENTIFIER.fullmatch(value):
         return f"{name}: must be non-empty visible ASCII without spaces"
+    return None
+
+
+def transaction_id_for_attempt(run_id: str, attempt: int) -> str:
+    """The worker's repository transaction id of one claim attempt: `rtx-<run-id>.<attempt>`."""
+    return f"{_TRANSACTION_PREFIX}{run_id}.{attempt}"
+
+
+def attempt_of_transaction(run_id: str, transaction_id: str | None) -> int | None:
+    """The attempt a worker transaction id of this run names, or None when it has
+    another shape (then nothing can be derived, and the close is sent without one)."""
+    if transaction_id is None:
+        return None
+    prefix = f"{_TRANSACTION_PREFIX}{run_id}"
+    if not transaction_id.startswith(prefix):
+        return None
+    match = _ATTEMPT_SUFFIX.fullmatch(transaction_id, len(prefix))
+    if match is None:
+        return None
+    attempt = int(match.group(1))
+    return attempt if _valid_attempt(attempt) else None
+
+
+def attempt_problem(run_id: str, transaction_id: str | None, attempt: object) -> str | None:
+    """Why `attempt` cannot be the entry's attempt: not a contracts `Attempt`
+    (1..2**31-1), or not the one its worker transaction id names (None included)."""
+    if attempt is None:
+        derived = attempt_of_transaction(run_id, transaction_id)
+        return None if derived is None else "attempt: the transaction id names one"
+    if not _valid_attempt(attempt):
+        return "attempt: must be a positive 32-bit integer"
+    derived = attempt_of_transaction(run_id, transaction_id)
+    if derived is not None and derived != attempt:
+        return "attempt: differs from the one the transaction id names"
     return None
 
 
@@ -107,9 +164,19 @@ def prepare_close(
     result: Mapping[str, Any] | None,
     error: str | None = None,
     reopen: bool = False,
+    attempt: int | None = None,
 ) -> PreparedClose:
     """Normalize, sanitize and bound one close; raise InvalidCloseIntentError if it is not
-    a v1 intent. `result` is the raw executor result (unknown fields are dropped)."""
+    a v1 intent. `result` is the raw executor result (unknown fields are dropped).
+
+    `attempt` is the claim attempt the close was decided under; None takes the one a
+    worker transaction id (`rtx-<run-id>.<n>`) names, if any. A given attempt must agree
+    with that transaction id.
+    """
+    if attempt is None and type(run_id) is str:
+        attempt = attempt_of_transaction(
+            run_id, transaction_id if type(transaction_id) is str else None
+        )
     problems = [
         problem
         for problem in (
@@ -119,6 +186,10 @@ def prepare_close(
         )
         if problem is not None
     ]
+    if not problems:
+        attempt_issue = attempt_problem(run_id, transaction_id, attempt)
+        if attempt_issue is not None:
+            problems.append(attempt_issue)
     try:
         close_action = CloseAction(action)
     except ValueError:
@@ -167,4 +238,5 @@ def prepare_close(
         transaction_id=transaction_id,
         intent=intent,
         intent_digest=close_intent_digest(intent),
+        attempt=attempt,
     )

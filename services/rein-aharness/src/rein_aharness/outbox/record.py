@@ -1,19 +1,28 @@
-"""The on-disk entry record (format v1) and the checks a file must pass to be one.
+"""The on-disk entry record (format v2, reading v1) and the checks a file must pass.
 
 An entry file `<key>.json` is exactly the canonical JSON (`ops_contracts.canonical_json`)
 of an `OutboxRecord`:
 
-    {"attempts": 1, "created_at": "...Z", "delivered_at": null, "disposition": null,
-     "format": "rein-aharness/close-outbox-entry/v1", "intent": {<CloseIntent v1>},
-     "intent_digest": "<close_intent_digest>", "key": "<64 hex>",
-     "last_attempt_at": "...Z", "last_failure": {"exception_class": "QueueTransportError",
-     "marker": "delivery_failed"}, "run_id": "...", "state": "pending",
-     "transaction_id": "..." | null}
+    {"attempt": 2, "attempts": 1, "created_at": "...Z", "delivered_at": null,
+     "disposition": null, "format": "rein-aharness/close-outbox-entry/v2",
+     "intent": {<CloseIntent v1>}, "intent_digest": "<close_intent_digest>",
+     "key": "<64 hex>", "last_attempt_at": "...Z", "last_failure": {"exception_class":
+     "QueueTransportError", "marker": "delivery_failed"}, "run_id": "...",
+     "state": "pending", "transaction_id": "..." | null}
+
+`attempt` is the claim attempt the close was decided under, sent with it for fencing
+(null: none is known, the close is sent without one); `attempts` counts deliveries.
+
+Format v1 is the same record without `attempt`, as the worker wrote it before the
+attempt was stored. A v1 file is read as the v2 record it stands for, its attempt taken
+from a worker transaction id (`rtx-<run-id>.<attempt>`) or else null, and is written back
+as v2 by the next change of its state; it is never quarantined for lacking the attempt.
 
 Reading a file re-derives everything that can be derived: the key from the identity,
 the intent digest from the intent, the normalized result and sanitized error from
-themselves, the state from the directory, and the bytes from the parsed record. Any
-difference means the file is not one this code wrote, and it is quarantined.
+themselves, the attempt from a worker transaction id, the state from the directory, and
+the bytes from the parsed record. Any difference means the file is not one this code
+wrote, and it is quarantined.
 """
 
 from __future__ import annotations
@@ -26,13 +35,26 @@ from typing import Final, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 import ops_evidence
-from ops_contracts import CloseDisposition, CloseIntent, canonical_json, close_intent_digest
-from rein_aharness.outbox.intent import entry_key, identifier_problem, intent_problems
+from ops_contracts import (
+    Attempt,
+    CloseDisposition,
+    CloseIntent,
+    canonical_json,
+    close_intent_digest,
+)
+from rein_aharness.outbox.intent import (
+    attempt_of_transaction,
+    attempt_problem,
+    entry_key,
+    identifier_problem,
+    intent_problems,
+)
 
 __all__ = [
     "FAILURE_MARKER",
     "MAX_RECORD_BYTES",
     "RECORD_FORMAT",
+    "RECORD_FORMAT_V1",
     "DeliveryFailure",
     "EntryState",
     "OutboxRecord",
@@ -45,7 +67,8 @@ __all__ = [
     "parse_record",
 ]
 
-RECORD_FORMAT: Final = "rein-aharness/close-outbox-entry/v1"
+RECORD_FORMAT: Final = "rein-aharness/close-outbox-entry/v2"
+RECORD_FORMAT_V1: Final = "rein-aharness/close-outbox-entry/v1"
 FAILURE_MARKER: Final = "delivery_failed"
 # A bounded result (64 KiB) plus a bounded error and identifiers; anything larger was
 # not written by this code and is not even read whole.
@@ -70,9 +93,11 @@ class QuarantineReason(StrEnum):
     key_mismatch = "key_mismatch"
     intent_digest_mismatch = "intent_digest_mismatch"
     invalid_intent = "invalid_intent"
+    attempt_mismatch = "attempt_mismatch"
     state_mismatch = "state_mismatch"
     conflicts_with_delivered = "conflicts_with_delivered"
     conclusive_refusal = "conclusive_refusal"
+    foreign_worker_identity = "foreign_worker_identity"
 
 
 class RecordProblem(Exception):
@@ -95,7 +120,9 @@ class DeliveryFailure(BaseModel):
 class OutboxRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    format: Literal["rein-aharness/close-outbox-entry/v1"] = RECORD_FORMAT
+    format: Literal[
+        "rein-aharness/close-outbox-entry/v2", "rein-aharness/close-outbox-entry/v1"
+    ] = RECORD_FORMAT
     key: str
     state: EntryState
     run_id: str
@@ -108,6 +135,7 @@ class OutboxRecord(BaseModel):
     last_failure: DeliveryFailure | None = None
     delivered_at: AwareDatetime | None = None
     disposition: CloseDisposition | None = None
+    attempt: Attempt | None = None
 
 
 def entry_name(key: str) -> str:
@@ -126,7 +154,11 @@ def failure_class_name(exc: BaseException) -> str:
 
 
 def encode_record(record: OutboxRecord) -> bytes:
-    return canonical_json(record.model_dump(mode="json"))
+    data = record.model_dump(mode="json")
+    # A v1 record has no attempt (None in memory); a v1 file that holds one is not v1.
+    if record.format == RECORD_FORMAT_V1 and data.pop("attempt") is not None:
+        raise ValueError("a v1 record has no attempt")
+    return canonical_json(data)
 
 
 def _reject_constant(token: str) -> object:
@@ -171,6 +203,15 @@ def parse_record(data: bytes, *, name: str, state: EntryState) -> OutboxRecord:
         raise RecordProblem(QuarantineReason.invalid_intent)
     if record.key != key or entry_key(record.run_id, record.transaction_id) != key:
         raise RecordProblem(QuarantineReason.key_mismatch)
+    if record.format == RECORD_FORMAT_V1:
+        record = record.model_copy(
+            update={
+                "format": RECORD_FORMAT,
+                "attempt": attempt_of_transaction(record.run_id, record.transaction_id),
+            }
+        )
+    elif attempt_problem(record.run_id, record.transaction_id, record.attempt) is not None:
+        raise RecordProblem(QuarantineReason.attempt_mismatch)
     if intent_problems(record.intent):
         raise RecordProblem(QuarantineReason.invalid_intent)
     if close_intent_digest(record.intent) != record.intent_digest:

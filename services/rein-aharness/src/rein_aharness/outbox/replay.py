@@ -16,6 +16,22 @@ Per entry, in this order:
    that is not an `Exception` (KeyboardInterrupt, SystemExit, cancellation) propagates
    at once, leaving the entry pending with its attempt already counted.
 
+Whose entries a pass sends: a replayer that knows the worker identity it delivers as
+(`identity`) sends only entries recorded under that identity. An entry recorded under
+another one (the worker's id changed while it was pending: the record keeps the original
+identity, as it must for an exact repeat) would be answered 403 for that entry alone,
+and that answer ends a pass, so one such entry would otherwise stop every pass at the
+same place forever. The worker quarantines them (`quarantine_foreign`: its state
+directory belongs to one identity, and their close can only be sent by the identity
+that recorded it); the operator's `replay` leaves them pending (set aside), so that the
+recorded identity's credentials can still deliver them.
+
+Which failures end a pass (`stop_on`): those that every later entry would meet too. For
+the worker these are a transport outage and an auth refusal (401/403) of an entry
+recorded under its own identity: Activity Core checks credentials before the body, and
+the body's only identity is the worker id, so such a refusal is the worker's
+credentials, the same for every entry and for a claim, never this one entry.
+
 Locking: the whole pass holds the store-wide `replay.lock`, so two replayers (the
 worker and an operator, or two workers sharing a state dir) never run a callback for
 the same entry at the same time; the second one waits and then finds the entry gone
@@ -39,14 +55,14 @@ import anyio.to_thread
 from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition
 from rein_aharness.outbox.errors import CloseRefusedError
 from rein_aharness.outbox.locking import hold_lock_async
-from rein_aharness.outbox.record import OutboxRecord, failure_class_name
+from rein_aharness.outbox.record import OutboxRecord, QuarantineReason, failure_class_name
 from rein_aharness.outbox.store import OutboxStore
 
 __all__ = ["DeliveryCallback", "EntryOutcome", "ReplayReport", "replay_pending"]
 
 DeliveryCallback = Callable[[OutboxRecord], Awaitable[CloseDisposition | None]]
 
-Outcome = Literal["delivered", "failed", "quarantined", "skipped"]
+Outcome = Literal["delivered", "failed", "quarantined", "skipped", "set_aside"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,8 @@ class EntryOutcome:
     key: str
     run_id: str
     outcome: Outcome
-    detail: str | None = None  # disposition, exception class or refusal code
+    # disposition, exception class, refusal code, or the quarantine / set-aside reason
+    detail: str | None = None
 
 
 @dataclass
@@ -76,6 +93,8 @@ async def replay_pending(
     *,
     limit: int | None = None,
     stop_on: tuple[type[Exception], ...] = (),
+    identity: str | None = None,
+    quarantine_foreign: bool = False,
 ) -> ReplayReport:
     """Deliver up to `limit` pending entries (all when None), oldest first.
 
@@ -83,14 +102,28 @@ async def replay_pending(
     bookkeeping, not delivery. `stop_on`: exception types that say the peer is
     unreachable for every entry (an outage, bad credentials); after one of them that
     entry stays pending as usual and the pass ends, instead of failing every remaining
-    entry the same way.
+    entry the same way. `identity`: deliver only entries recorded under this worker
+    identity; the others are quarantined (`quarantine_foreign`) or set aside, whatever
+    the limit, and never sent.
     """
     if limit is not None and limit < 0:
         raise ValueError("limit must not be negative")
     report = ReplayReport()
     async with hold_lock_async(store.paths.replay_lock):
-        plan = await anyio.to_thread.run_sync(store.prepare_replay)
+        plan = await anyio.to_thread.run_sync(
+            partial(store.prepare_replay, identity=identity, quarantine_foreign=quarantine_foreign)
+        )
         report.invalid_quarantined = plan.quarantined
+        foreign_outcome: Outcome = "quarantined" if quarantine_foreign else "set_aside"
+        for record in plan.foreign:
+            report.outcomes.append(
+                EntryOutcome(
+                    record.key,
+                    record.run_id,
+                    foreign_outcome,
+                    QuarantineReason.foreign_worker_identity.value,
+                )
+            )
         selected = plan.deliverable if limit is None else plan.deliverable[:limit]
         for record in selected:
             outcome, stop = await _deliver_one(store, deliver, record, stop_on)

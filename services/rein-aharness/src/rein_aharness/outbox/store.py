@@ -24,8 +24,32 @@ Every method that changes the tree holds `store.lock` and writes through
 
 Retention: quarantine is never pruned. `delivered/` keeps every record delivered in the
 last 7 days and, beyond that, the newest 1,000; older ones are removed at the end of
-each replay pass (`prune_delivered`). A pruned identity enqueued again becomes a new
-pending entry, which Activity Core answers with `reconciled`.
+each replay pass (`prune_delivered`).
+
+What a pruned identity loses, and what still protects it. While its delivered record is
+kept, enqueueing the same (run id, transaction id) again returns "delivered" for the
+identical intent and raises OutboxConflictError for a different one. Once it is pruned
+the outbox has forgotten the identity: the same enqueue writes a new pending entry, and
+the conflict is no longer refused here. What then stands between that entry and the run:
+
+* the worker never enqueues an identity twice: its transaction id names the claim
+  attempt (`rtx-<run-id>.<attempt>`), one attempt is closed once, and a run is never
+  executed again under an attempt it already had (a new claim is a new attempt);
+* Activity Core, for anything else that enqueues: a terminal run accepts only the exact
+  repeat of its recorded intent by its owner (`reconciled`) and refuses every other
+  intent with `terminal_conflict`; an open run answers `state_conflict`, a run claimed by
+  another worker `wrong_owner`; and a run this same worker holds again under a later
+  attempt (after a reopened failure or an expired lease) refuses the old attempt with
+  `expired_lease` because every entry carries its attempt (fencing). Each of these is
+  conclusive: the entry goes to quarantine/ for an operator, it is never applied.
+
+Not protected: an entry with no attempt (a v1 record whose transaction id is not the
+worker's `rtx-` shape, or a caller that enqueues such an identity itself) is sent
+unfenced, so if the same worker holds the run again under a later attempt with an active
+lease, Activity Core applies it to that attempt. The worker itself never writes such an
+entry. Also, an identical intent enqueued again after pruning is delivered again: a
+terminal run answers `reconciled`, but a close that had reopened the run meets one of
+the refusals above and is quarantined (noise for an operator, not a changed run).
 
 Names starting with `.tmp-` are reserved for temp files. They are written only under
 `store.lock`, so one found while holding it is a crash leftover and is removed.
@@ -39,7 +63,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -121,14 +145,18 @@ class EntrySummary:
     created_at: datetime | None
     reason: str | None
     code: str | None
+    worker_id: str | None = None  # the identity the close was recorded under
+    run_attempt: int | None = None  # the claim attempt it was decided under
 
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    """Deliverable entries, oldest first, and how many invalid records were quarantined."""
+    """Deliverable entries, oldest first; how many invalid records were quarantined; the
+    entries recorded under another worker identity (quarantined or set aside)."""
 
     deliverable: list[OutboxRecord]
     quarantined: int
+    foreign: list[OutboxRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -189,6 +217,7 @@ class OutboxStore:
         result: dict[str, Any] | None,
         error: str | None = None,
         reopen: bool = False,
+        attempt: int | None = None,
     ) -> EnqueueResult:
         """Build the bounded v1 intent (see intent.prepare_close) and enqueue it."""
         return self.enqueue(
@@ -200,18 +229,21 @@ class OutboxStore:
                 result=result,
                 error=error,
                 reopen=reopen,
+                attempt=attempt,
             )
         )
 
     def enqueue(self, prepared: PreparedClose) -> EnqueueResult:
         """Durably record the intent, or return the state its identity is already in.
 
-        Identical intent already pending or delivered: that state, nothing written. A
-        different worker, action, result, error or reopen under the same identity:
-        OutboxConflictError. An unreadable record under the key is quarantined first
-        and does not block the new intent (it is kept for the operator; its intent
-        cannot be known). A readable quarantined record under the key is reported
-        (identical: state "quarantined", nothing written) or refused (different).
+        Identical intent (and attempt) already pending or delivered: that state, nothing
+        written. A different worker, action, result, error, reopen or attempt under the
+        same identity: OutboxConflictError. An unreadable record under the key is
+        quarantined first and does not block the new intent (it is kept for the
+        operator; its intent cannot be known). A readable quarantined record under the
+        key is reported (identical: state "quarantined", nothing written) or refused
+        (different). The protection ends when a delivered record is pruned: see the
+        module docstring.
         """
         name = entry_name(prepared.key)
         with self._locked():
@@ -237,6 +269,7 @@ class OutboxStore:
                 intent_digest=prepared.intent_digest,
                 created_at=self._clock(),
                 attempts=0,
+                attempt=prepared.attempt,
             )
             self._write(record)
             return EnqueueResult(state="pending", record=record, created=True)
@@ -248,14 +281,17 @@ class OutboxStore:
         if existing.intent_digest == prepared.intent_digest and (
             existing.run_id,
             existing.transaction_id,
-        ) == (prepared.run_id, prepared.transaction_id):
+            existing.attempt,
+        ) == (prepared.run_id, prepared.transaction_id, prepared.attempt):
             return EnqueueResult(state=state, record=existing, created=False)
         old, new = existing.intent, prepared.intent
         fields = [
-            field
-            for field in ("worker_id", "action", "result", "error", "reopen")
-            if getattr(old, field) != getattr(new, field)
+            name
+            for name in ("worker_id", "action", "result", "error", "reopen")
+            if getattr(old, name) != getattr(new, name)
         ]
+        if existing.attempt != prepared.attempt:
+            fields.append("attempt")
         raise OutboxConflictError(existing.key, state, fields or ["intent"])
 
     # -- inspection ------------------------------------------------------------------
@@ -315,28 +351,54 @@ class OutboxStore:
             created_at=record.created_at if record is not None else None,
             reason=reason,
             code=code,
+            worker_id=record.intent.worker_id if record is not None else None,
+            run_attempt=record.attempt if record is not None else None,
         )
 
     # -- replay transitions ----------------------------------------------------------
 
-    def prepare_replay(self) -> ReplayPlan:
+    def prepare_replay(
+        self, *, identity: str | None = None, quarantine_foreign: bool = False
+    ) -> ReplayPlan:
         """Tidy the tree and return the deliverable pending entries, oldest first.
 
         Removes stray temp files, quarantines every pending record that is not valid,
         and finishes moves to delivered/ that a crash interrupted.
+
+        `identity`: the worker identity the caller delivers as. A pending entry recorded
+        under another identity cannot be delivered with the caller's credentials (the
+        queue answers 403 for it, and only for it): it is not deliverable, and is
+        returned in `foreign`; with `quarantine_foreign` it is also moved to quarantine/
+        (reason `foreign_worker_identity`), otherwise it stays pending (set aside).
         """
         with self._locked():
             before = sum(1 for _ in self._quarantine_names())
             for directory in self.paths.directories()[1:]:
                 self._remove_stray_temps(directory)
             deliverable: list[OutboxRecord] = []
+            foreign: list[OutboxRecord] = []
             for name in self._names(self.paths.pending):
                 record = self._load_pending(name)
-                if record is not None:
-                    deliverable.append(record)
+                if record is None:
+                    continue
+                if identity is not None and record.intent.worker_id != identity:
+                    if quarantine_foreign:
+                        self._quarantine(
+                            self.paths.pending,
+                            name,
+                            "pending",
+                            QuarantineReason.foreign_worker_identity,
+                            record=record,
+                        )
+                    foreign.append(record)
+                    continue
+                deliverable.append(record)
             quarantined = sum(1 for _ in self._quarantine_names()) - before
-        deliverable.sort(key=lambda record: (record.created_at, record.key))
-        return ReplayPlan(deliverable=deliverable, quarantined=quarantined)
+            if quarantine_foreign:
+                quarantined -= len(foreign)
+        deliverable.sort(key=_delivery_order)
+        foreign.sort(key=_delivery_order)
+        return ReplayPlan(deliverable=deliverable, quarantined=quarantined, foreign=foreign)
 
     def begin_attempt(self, key: str) -> OutboxRecord | None:
         """Durably count one more delivery attempt; None if the entry is no longer
@@ -599,11 +661,16 @@ class OutboxStore:
 
 
 def _same_intent(a: OutboxRecord, b: OutboxRecord) -> bool:
-    return (a.run_id, a.transaction_id, a.intent_digest) == (
+    return (a.run_id, a.transaction_id, a.intent_digest, a.attempt) == (
         b.run_id,
         b.transaction_id,
         b.intent_digest,
+        b.attempt,
     )
+
+
+def _delivery_order(record: OutboxRecord) -> tuple[datetime, str]:
+    return (record.created_at, record.key)
 
 
 def _bounded_str(value: object) -> str | None:

@@ -2,8 +2,12 @@
 
 `open_worker` builds every component (queue client, outbox, gateway, legacy runner,
 event sink) from one `Settings` and closes them afterwards; tests pass their own
-transports. `run_worker` adds what only the process needs: the state directory's worker
-lock, the sweep of worktrees a killed predecessor left, and SIGTERM/SIGINT handling.
+transports. Before it creates anything it refuses a state directory that lies inside
+the repositories root, or a root inside the state directory (symlinks resolved): the
+outbox and worktrees must live outside target checkouts, and an approach's repository
+must not contain the worker's state. `run_worker` adds what only the process needs: the
+state directory's worker lock, the sweep of worktrees a killed predecessor left, the
+optional metrics endpoint, and SIGTERM/SIGINT handling.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,16 +36,18 @@ from rein_aharness.outbox.paths import default_state_dir
 from rein_aharness.profiles import CatalogueError, ProfileCatalogue, load_catalogue
 from rein_aharness.repository import sweep_worktrees
 from rein_aharness.sandbox import SandboxGate, resolve_bwrap
-from rein_aharness.settings import Settings, SettingsProblem
+from rein_aharness.settings import Settings, SettingsProblem, parse_bind_address
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
 from rein_aharness.worker.loop import Worker, WorkerConfig
+from rein_aharness.worker.metrics import serve_metrics
 from rein_aharness.worker.processor import RunProcessor
 
 __all__ = [
     "Transports",
     "WorkerRuntime",
+    "check_state_outside_repositories",
     "hold_worker_lock",
     "load_worker_catalogue",
     "open_worker",
@@ -86,6 +92,33 @@ def load_worker_catalogue(settings: Settings) -> ProfileCatalogue:
         raise SettingsProblem(f"REIN_AHARNESS_PROFILES: {exc}") from None
 
 
+def check_state_outside_repositories(settings: Settings, state_dir: Path) -> None:
+    """SettingsProblem naming both variables when the state directory and the
+    repositories root are the same directory or one lies inside the other."""
+    root = settings.rein_aharness_repositories_root
+    if root is None:
+        return
+    state = state_dir.resolve()
+    repositories = root.resolve()
+    state_name = (
+        "REIN_AHARNESS_STATE_DIR"
+        if settings.rein_aharness_state_dir is not None
+        else "REIN_AHARNESS_STATE_DIR (unset: the default)"
+    )
+    where = f"{state_name} {state} and REIN_AHARNESS_REPOSITORIES_ROOT {repositories}"
+    if state == repositories:
+        relation = "are the same directory"
+    elif state.is_relative_to(repositories):
+        relation = "overlap: the state directory lies inside the repositories root"
+    elif repositories.is_relative_to(state):
+        relation = "overlap: the repositories root lies inside the state directory"
+    else:
+        return
+    raise SettingsProblem(
+        f"{where} {relation}; the worker's state must live outside the repositories"
+    )
+
+
 def _required(settings: Settings) -> tuple[str, str]:
     if settings.activity_core_url is None:
         raise SettingsProblem("ACTIVITY_CORE_URL: required for run")
@@ -113,6 +146,7 @@ async def open_worker(
     base_url, worker_id = _required(settings)
     transports = transports or Transports()
     state_dir = state_dir_for(settings, environ)
+    check_state_outside_repositories(settings, state_dir)
     store = OutboxStore(resolve_outbox_root(state_dir, environ))
     worktrees_root = state_dir / WORKTREES_DIR
     token = settings.activity_core_worker_token
@@ -243,7 +277,7 @@ async def run_worker(
         transports=transports,
         retry=retry,
     ) as runtime:
-        with hold_worker_lock(runtime.state_dir):
+        with hold_worker_lock(runtime.state_dir), _metrics(settings, runtime.store):
             swept = await sweep_worktrees(runtime.worktrees_root)
             if swept:
                 log.info("removed %d worktrees left by an earlier run", swept)
@@ -259,6 +293,23 @@ async def run_worker(
             if failure:
                 raise failure[0]
         return exit_code_for(runtime.store.snapshot())
+
+
+@contextmanager
+def _metrics(settings: Settings, store: OutboxStore) -> Iterator[None]:
+    """The metrics endpoint for the block, when REIN_AHARNESS_METRICS_ADDRESS is set."""
+    address = settings.rein_aharness_metrics_address
+    with ExitStack() as stack:
+        if address is not None:
+            host, port = parse_bind_address(address)
+            try:
+                stack.enter_context(serve_metrics(store, host, port))
+            except OSError as exc:
+                raise SettingsProblem(
+                    f"REIN_AHARNESS_METRICS_ADDRESS: cannot listen on {address}: "
+                    f"{exc.strerror or type(exc).__name__}"
+                ) from None
+        yield
 
 
 async def _stop_on_signals(stop: anyio.Event) -> None:

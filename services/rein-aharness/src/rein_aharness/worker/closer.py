@@ -4,6 +4,17 @@ Outboxed close (every profiled or refused run): the intent is enqueued (durable:
 atomic replace) and then delivered by a replay pass, the same pass that runs before
 every claim. Replay sends close requests only; it cannot repeat repository work.
 
+Every close carries the claim attempt it was decided under (the entry stores it; the
+direct close takes the claimed run's), so Activity Core refuses it with `expired_lease`
+once that attempt is no longer current, even when this same identity holds a later one.
+
+The worker's replay sends only the entries recorded under its own identity. An entry
+recorded under another one (its id changed while the entry was pending) can never be
+delivered by this worker: it is quarantined (`foreign_worker_identity`), visible to
+`close-outbox status`, and the worker goes on claiming. An auth refusal (401/403) of one
+of its own entries is its credentials, refused for every request: the pass stops and
+nothing is claimed until they work (loop.py).
+
 Direct close (legacy, profile-absent rows only, as the outbox document says): one
 complete/fail request, with the queue client's bounded retries for transport errors.
 If it still fails, nothing is recorded: the lease expires and the run is claimed again.
@@ -32,6 +43,7 @@ from rein_aharness.outbox import (
     OutboxRecord,
     OutboxStore,
     PreparedClose,
+    QuarantineReason,
     ReplayReport,
     prepare_close,
     replay_pending,
@@ -80,7 +92,8 @@ class Closer:
         """Deliver every pending close, oldest first; then emit the completion events.
 
         A transport outage or an auth failure ends the pass (`stopped_early`): every
-        later entry would meet it too.
+        later entry would meet it too. Entries recorded under another worker identity
+        are quarantined without a request.
         """
         answered: list[tuple[OutboxRecord, CloseResponse]] = []
 
@@ -91,13 +104,21 @@ class Closer:
             self._store,
             deliver_close(self._client, remember),
             stop_on=(QueueTransientError, QueueAuthError),
+            identity=self._worker_id,
+            quarantine_foreign=True,
         )
         delivered = {o.key for o in report.outcomes if o.outcome == "delivered"}
         for record, response in answered:
             if record.key in delivered and record.intent.action is CloseAction.complete:
                 await self._announce(response)
         for outcome in report.outcomes:
-            if outcome.outcome != "delivered":
+            if outcome.detail == QuarantineReason.foreign_worker_identity:
+                log.warning(
+                    "close quarantined: recorded under another worker identity, which "
+                    "this worker (ACTIVITY_CORE_WORKER_ID) cannot deliver",
+                    extra={"run_id": outcome.run_id, "key": outcome.key},
+                )
+            elif outcome.outcome != "delivered":
                 log.warning(
                     "close not delivered",
                     extra={
@@ -114,7 +135,7 @@ class Closer:
         self, run: OpsRun, transaction_id: str, decision: CloseDecision
     ) -> CloseReport:
         run_id = str(run.id)
-        prepared = self._prepare(run_id, transaction_id, decision)
+        prepared = self._prepare(run_id, run.attempt, transaction_id, decision)
         try:
             enqueued = await anyio.to_thread.run_sync(self._store.enqueue, prepared)
         except OutboxConflictError as exc:
@@ -134,7 +155,9 @@ class Closer:
         # Not reached by this pass (an outage stopped it earlier): still pending.
         return CloseReport(run_id, "outbox", enqueued.state)
 
-    def _prepare(self, run_id: str, transaction_id: str, decision: CloseDecision) -> PreparedClose:
+    def _prepare(
+        self, run_id: str, attempt: int, transaction_id: str, decision: CloseDecision
+    ) -> PreparedClose:
         try:
             return prepare_close(
                 run_id=run_id,
@@ -144,6 +167,7 @@ class Closer:
                 result=decision.result,
                 error=decision.error,
                 reopen=decision.reopen,
+                attempt=attempt,
             )
         except InvalidCloseIntentError as exc:
             # Cannot happen for a normalized GatewayResult; if it does, fail the run
@@ -160,6 +184,7 @@ class Closer:
                 result=None,
                 error=fallback.error,
                 reopen=False,
+                attempt=attempt,
             )
 
     # -- direct close ------------------------------------------------------------------
@@ -169,7 +194,9 @@ class Closer:
         try:
             if decision.action is CloseAction.complete:
                 assert decision.result is not None
-                response = await self._client.complete(run_id, self._worker_id, decision.result)
+                response = await self._client.complete(
+                    run_id, self._worker_id, decision.result, attempt=run.attempt
+                )
             else:
                 assert decision.error is not None
                 response = await self._client.fail(
@@ -178,6 +205,7 @@ class Closer:
                     sanitize_error(decision.error),
                     reopen=decision.reopen,
                     result=decision.result,
+                    attempt=run.attempt,
                 )
         except CloseRefusedError as exc:
             log.warning("direct close refused", extra={"run_id": run_id, "code": exc.code.value})

@@ -1,10 +1,13 @@
 """Keep a claim's lease alive while its run executes; cancel the run when it is lost.
 
-A heartbeat goes out every `lease_seconds / 3`, each asking for a fresh full lease. The
-lease is lost when:
+A heartbeat goes out every `lease_seconds / 3`, each asking for a fresh full lease for
+the claimed attempt (`attempt`, fencing: it can only extend the attempt this execution
+belongs to, never a later claim of the same run by this same identity). The lease is
+lost when:
 
-* Activity Core refuses a heartbeat conclusively (`expired_lease`, `wrong_owner`,
-  `state_conflict`, `not_found`): the run is no longer this worker's;
+* Activity Core refuses a heartbeat conclusively (`expired_lease`, also for an attempt
+  that is no longer current, `wrong_owner`, `state_conflict`, `not_found`): the run is
+  no longer this worker's;
 * no heartbeat has succeeded for a whole lease (Activity Core unreachable): the lease
   has ended on the server's side even if it never said so.
 
@@ -35,12 +38,14 @@ class LeaseKeeper:
         client: ActivityCoreQueueClient,
         *,
         run_id: str,
+        attempt: int,
         worker_id: str,
         lease_seconds: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._run_id = run_id
+        self._attempt = attempt
         self._worker_id = worker_id
         self._lease = lease_seconds
         self._clock = clock
@@ -57,7 +62,7 @@ class LeaseKeeper:
             sent_at = self._clock()
             try:
                 await self._client.heartbeat(
-                    self._run_id, self._worker_id, lease_seconds=self._lease
+                    self._run_id, self._worker_id, lease_seconds=self._lease, attempt=self._attempt
                 )
             except QueueRefusedError as exc:
                 self._lose(guarded, f"heartbeat refused: {exc.code or exc.status}")

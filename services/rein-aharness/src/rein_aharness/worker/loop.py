@@ -4,7 +4,12 @@ Each turn:
 
 1. **Replay first.** Pending closes are delivered before anything is claimed. If the
    pass is stopped by an outage or an auth failure, nothing is claimed: the loop backs
-   off and tries the replay again (`--once`: it returns).
+   off and tries the replay again (`--once`: it returns). Only the worker's own entries
+   are sent (closer.py quarantines those recorded under another identity), so an auth
+   failure here is this worker's credentials, which a claim would meet as well; and
+   were closes refused while claims were not, claiming would only pile up work whose
+   closes cannot be delivered. One entry that cannot be delivered (another identity, a
+   conclusive refusal, an unclassified rejection) never stops a pass.
 2. **Sandbox gate.** While a sandbox the catalogue needs cannot be created
    (sandbox/gate.py), nothing is claimed: the loop backs off, replays and probes again
    (`--once`: it returns).
@@ -37,6 +42,7 @@ from rein_aharness.adapters.queue_errors import (
     QueueProtocolError,
     QueueTransientError,
 )
+from rein_aharness.outbox import ReplayReport
 from rein_aharness.sandbox import SandboxGate
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.processor import RunProcessor, RunReport
@@ -83,7 +89,7 @@ class Worker:
             if replay is None:
                 return
             if replay.stopped_early:
-                log.warning("activity-core unreachable while replaying closes; not claiming")
+                log.warning(_why_stopped(replay))
                 if once:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)
@@ -152,6 +158,16 @@ class Worker:
         if box:
             return box[0]
         return RunReport(str(run.id), "abandoned", None, lease_lost="abandoned at shutdown")
+
+
+def _why_stopped(replay: ReplayReport) -> str:
+    last = replay.outcomes[-1].detail if replay.outcomes else None
+    if last == QueueAuthError.__name__:
+        return (
+            "activity-core refused this worker's credentials while replaying closes "
+            "(check ACTIVITY_CORE_WORKER_TOKEN and ACTIVITY_CORE_WORKER_ID); not claiming"
+        )
+    return "activity-core unreachable while replaying closes; not claiming"
 
 
 async def _until(stop: anyio.Event, call: Callable[[], Awaitable[T]]) -> T | None:

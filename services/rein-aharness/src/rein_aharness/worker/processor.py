@@ -143,6 +143,7 @@ class RunProcessor:
         keeper = LeaseKeeper(
             self._client,
             run_id=str(run.id),
+            attempt=run.attempt,
             worker_id=self._worker_id,
             lease_seconds=self._lease_seconds,
         )
