@@ -21,6 +21,7 @@ WORKER_IDS = (
     "e2e-reopen",
     "e2e-restart-1",
     "e2e-restart-2",
+    "e2e-stale",
 )
 
 # target_repo of each scenario's definition (one repository each)
@@ -31,6 +32,7 @@ REPOSITORIES = (
     "e2e/auth",
     "e2e/reopen",
     "e2e/restart",
+    "e2e/stale",
 )
 
 GRANT_BRIEFS = (
@@ -125,11 +127,13 @@ def write_profiles(path: Path) -> Path:
     )
     crash = commit_script(slow_attempt="1", seconds=60)
     restart = commit_script(slow_attempt=None, seconds=8)
+    stale = commit_script(slow_attempt="2", seconds=8)
     text = (
         "profiles:\n"
         + brief
         + command("harness.e2e-crash", ["/bin/sh", "-c", crash], 120)
         + command("harness.e2e-restart", ["/bin/sh", "-c", restart], 120)
+        + command("harness.e2e-stale", ["/bin/sh", "-c", stale], 120)
         + command("harness.e2e-timeout", ["sleep", "30"], 0.3)
     )
     path.write_text(text, encoding="utf-8")
@@ -156,6 +160,9 @@ SESSION_DEFINITIONS = {
     ),
     "e2e-reopen": definition(
         "e2e-reopen", repo="e2e/reopen", profile="harness.e2e-timeout@1.0.0", grant=GRANT_DOCS
+    ),
+    "e2e-stale": definition(
+        "e2e-stale", repo="e2e/stale", profile="harness.e2e-stale@1.0.0", grant=GRANT_DOCS
     ),
 }
 
