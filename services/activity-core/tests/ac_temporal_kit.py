@@ -19,9 +19,8 @@ from activity_core.definitions.sync import sync_definitions
 from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask
 from activity_core.settings import ActivityCoreSettings, load_settings
-from activity_core.temporal.activities import ActivityCoreActivities
-from activity_core.temporal.schedules import TemporalScheduleApplier
-from activity_core.temporal.worker import build_worker
+from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
+from activity_core.temporal.worker import build_activities, build_worker
 
 PROFILE = "harness.agent-dev@1.0.0"
 
@@ -57,7 +56,9 @@ def definition(
     timezone: str = "Europe/Berlin",
     profile: str | None = PROFILE,
     paused: bool = False,
+    rules: int = 1,
 ) -> ActivityDefinitionSpec:
+    """A definition with `rules` rules (`daily-brief`, then `rule-2`, `rule-3`, ...)."""
     action: dict[str, Any] = {
         "task_template": "Research brief for {scheduled_for:%Y-%m-%d}",
         "target_repo": "research/briefs",
@@ -70,7 +71,10 @@ def definition(
         "id": slug,
         "title": f"Temporal test {slug}",
         "paused": paused,
-        "rules": [{"id": "daily-brief", "action": action}],
+        "rules": [
+            {"id": "daily-brief" if n == 1 else f"rule-{n}", "action": action}
+            for n in range(1, rules + 1)
+        ],
     }
     if cron is not None:
         raw["schedule"] = {"cron": cron, "timezone": timezone}
@@ -128,18 +132,17 @@ async def start_worker_harness(
     )
     pool = await create_pool(db_dsn, min_size=1, max_size=5)
     sink = ScriptedSink()
-    activities = ActivityCoreActivities(
-        pool,
-        sink,
-        queue_enabled=settings.queue_enabled,
-        require_profile=settings.require_harness_profile,
-    )
+    activities = build_activities(settings, pool, sink)
     worker = build_worker(client, task_queue=settings.temporal_task_queue, activities=activities)
     harness = TemporalHarness(
         client=client,
         settings=settings,
         pool=pool,
         sink=sink,
-        applier=TemporalScheduleApplier(client, task_queue=settings.temporal_task_queue),
+        applier=TemporalScheduleApplier(
+            client,
+            task_queue=settings.temporal_task_queue,
+            catchup_window=catchup_window_of(settings),
+        ),
     )
     return harness, worker

@@ -1,4 +1,4 @@
-"""`activity-core` commands: migrate, serve (more arrive with the emission issue).
+"""`activity-core` commands: migrate, serve, temporal-worker, sync-definitions, retry-fire.
 
 Every failure a user can cause (bad env var, unreachable database, bad flag) ends with one
 clear line on stderr and a non-zero exit, never a traceback.
@@ -90,7 +90,7 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
     try:
         auth = build_authenticator(settings)
     except CredentialsFileError as exc:
-        raise CommandError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
+        raise SettingsError(f"ACTIVITY_CORE_WORKER_CREDENTIALS_FILE: {exc}") from exc
     listen = Listen(args.host, args.port)
     if args.workers > 1 and args.port == 0:
         raise CommandError("--workers needs a fixed --port (each worker listens on it)")
@@ -112,6 +112,17 @@ def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespac
     from .cli_definitions import run_sync_definitions
 
     return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
+
+
+def cmd_retry_fire(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
+    from .temporal.retry import run_retry_command
+
+    return run_retry_command(
+        settings,
+        automation=args.automation,
+        fire=args.fire,
+        database=lambda: database(settings),
+    )
 
 
 def _worker_count(text: str) -> int:
@@ -149,12 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate definition files, then upsert them and their Temporal schedules",
     )
     sync.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="file or directory")
+    retry = sub.add_parser(
+        "retry-fire",
+        help="start a fire again with its idempotency keys (a failed fire, failed sink writes)",
+    )
+    retry.add_argument("automation", metavar="AUTOMATION", help="the automation's id (slug)")
+    retry.add_argument("fire", metavar="FIRE", help="the fire's run id, as the ops UI shows it")
     return parser
 
 
 COMMANDS = {"migrate": cmd_migrate, "serve": cmd_serve}
 COMMANDS["temporal-worker"] = cmd_temporal_worker
 COMMANDS["sync-definitions"] = cmd_sync_definitions
+COMMANDS["retry-fire"] = cmd_retry_fire
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level)
     try:
         return COMMANDS[args.command](settings, args)
+    except SettingsError as exc:
+        print(f"activity-core: {exc}", file=sys.stderr)
+        return 2
     except CommandError as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 1

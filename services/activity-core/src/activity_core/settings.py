@@ -10,8 +10,13 @@ import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ops_contracts import WorkerId
+
+# The queue's worker identity, exactly as the worker endpoints' bodies check it.
+_WORKER_ID = TypeAdapter(WorkerId)
 
 
 def _default_state_dir() -> Path:
@@ -22,6 +27,29 @@ def _default_state_dir() -> Path:
 
 class SettingsError(Exception):
     """A setting has a bad value; the message names the variable."""
+
+
+def absolute_http_base(value: object) -> str | None:
+    """An absolute http(s) base URL without credentials, query or fragment, and without a
+    trailing `/`; None for anything else. FORGEJO_WEB_BASE must be one (checked at start),
+    and the artefact link builder checks its base with this same rule."""
+    if type(value) is not str or not value or value != value.strip():
+        return None
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port  # raises on a malformed port
+    except ValueError:
+        return None
+    del port
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    if parts.query or parts.fragment or "\\" in value:
+        return None
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
+        return None
+    return value.rstrip("/")
 
 
 class ActivityCoreSettings(BaseSettings):
@@ -67,6 +95,26 @@ class ActivityCoreSettings(BaseSettings):
     temporal_address: str | None = Field(default=None, alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
     temporal_task_queue: str = Field(default="activity-core", alias="TEMPORAL_TASK_QUEUE")
+    # Durable fires (README "Definitions, schedules and fires"; temporal/workflow.py says why
+    # each default is what it is). Shortened by tests; operators rarely need to touch them.
+    # How late a schedule may still take a fire it missed while Temporal was away
+    # (Temporal's own minimum is 10 s).
+    schedule_catchup_seconds: int = Field(
+        default=86_400, ge=10, le=366 * 86_400, alias="ACTIVITY_CORE_SCHEDULE_CATCHUP_SECONDS"
+    )
+    # The longest wait between two attempts of a fire's database steps (retried until the
+    # database answers).
+    fire_retry_max_seconds: int = Field(
+        default=30, ge=1, le=3600, alias="ACTIVITY_CORE_FIRE_RETRY_MAX_SECONDS"
+    )
+    # The longest wait between two attempts of a fire's IssueSink writes, and how long after
+    # the emission they are retried before they are recorded as failed.
+    sink_retry_max_seconds: int = Field(
+        default=300, ge=1, le=3600, alias="ACTIVITY_CORE_SINK_RETRY_MAX_SECONDS"
+    )
+    sink_retry_window_seconds: int = Field(
+        default=86_400, ge=1, le=30 * 86_400, alias="ACTIVITY_CORE_SINK_RETRY_WINDOW_SECONDS"
+    )
 
     @field_validator("operator_token", "worker_token", "worker_id", "database_url")
     @classmethod
@@ -90,6 +138,35 @@ class ActivityCoreSettings(BaseSettings):
         if parts.scheme not in ("postgresql", "postgres"):
             raise ValueError("must be a postgresql:// URL")
         return value
+
+    @field_validator("worker_id")
+    @classmethod
+    def _worker_id_shape(cls, value: str | None) -> str | None:
+        # Bound to the worker token: a malformed one would start, and then every claim,
+        # heartbeat and close by that worker would be refused as an invalid body.
+        if value is None:
+            return None
+        try:
+            _WORKER_ID.validate_python(value)
+        except ValidationError:
+            raise ValueError(
+                "must be a worker id: 1-200 characters of letters, digits and . _ @ : / + - "
+                "(e.g. rein-aharness@host01)"
+            ) from None
+        return value
+
+    @field_validator("forgejo_web_base")
+    @classmethod
+    def _forgejo_base(cls, value: str) -> str:
+        # Every artefact link starts with it: a malformed one would start, and then no run
+        # page could link an artefact.
+        base = absolute_http_base(value)
+        if base is None:
+            raise ValueError(
+                "must be an absolute http:// or https:// URL without credentials, query or "
+                "fragment (e.g. https://forgejo.example.org)"
+            )
+        return base
 
     @field_validator("operator_token", "worker_token")
     @classmethod

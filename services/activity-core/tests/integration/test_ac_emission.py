@@ -1,11 +1,12 @@
-"""emit_tasks against real PostgreSQL: idempotency, batch atomicity, the sink, the audit."""
+"""Emission against real PostgreSQL: idempotency, batch atomicity, the audit, and the
+IssueSink write as its own step (`emit_tasks`, then `publish_pending`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,12 +21,18 @@ from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions
 from activity_core.emission.emit import (
     EmissionPolicyError,
+    EmitReport,
     FireContext,
-    IssueSinkError,
     SpawnOutcome,
     emit_tasks,
 )
-from activity_core.emission.errors import DefinitionNotSyncedError
+from activity_core.emission.errors import DefinitionNotSyncedError, IssueSinkError
+from activity_core.emission.publish import (
+    SinkTotals,
+    SinkUnavailable,
+    give_up,
+    publish_pending,
+)
 from activity_core.emission.sink import SinkTask, StateHubSink
 from activity_core.emission.trigger import emit_triggering_event_id
 from ops_contracts import ATTRIBUTION_REF_KEYS
@@ -36,9 +43,11 @@ STATE_HUB = "http://state-hub.test"
 
 @dataclass
 class FakeSink:
-    """Records every publish; the first ``fail_times`` publishes raise IssueSinkError."""
+    """Records every publish; the first ``fail_times`` publishes raise IssueSinkError (a
+    sink that is down), and keys in ``refuse`` are refused (a conclusive 4xx)."""
 
     fail_times: int = 0
+    refuse: set[str] = field(default_factory=set)
     published: list[SinkTask] = field(default_factory=list)
     attempts: int = 0
 
@@ -50,6 +59,8 @@ class FakeSink:
         self.attempts += 1
         if self.attempts <= self.fail_times:
             raise IssueSinkError("sink down", status=503)
+        if task.source_id in self.refuse:
+            raise IssueSinkError("refused: HTTP 422", status=422, conclusive=True)
         self.published.append(task)
         return f"ref-{len(self.published)}"
 
@@ -89,6 +100,26 @@ def manual_fire(request: dict[str, Any], key: str = "manual:1") -> FireContext:
     )
 
 
+async def recorded(
+    pool: asyncpg.Pool, spec: ActivityDefinitionSpec, fire: FireContext
+) -> FireContext:
+    """The fire with its activity_runs row, as the workflow's record step writes it."""
+    activity_run_id = uuid.uuid4()
+    await pool.execute(
+        """INSERT INTO activity_runs (id, activity_definition_id, workflow_id, run_id,
+               trigger_key, triggering_event_id, scheduled_for, context)
+           VALUES ($1, $2, 'wf', $3, $4, $5, $6, $7)""",
+        activity_run_id,
+        spec.uuid,
+        fire.run_id,
+        fire.trigger_key,
+        fire.triggering_event_id,
+        fire.scheduled_for,
+        dict(fire.context),
+    )
+    return replace(fire, activity_run_id=activity_run_id)
+
+
 async def emit(
     pool: asyncpg.Pool,
     sink: Any,
@@ -97,15 +128,26 @@ async def emit(
     *,
     queue_enabled: bool = True,
     require_profile: bool = False,
-) -> Any:
+) -> EmitReport:
     return await emit_tasks(
         pool,
-        sink,
+        sink.name,
         spec=spec,
         fire=fire,
         queue_enabled=queue_enabled,
         require_profile=require_profile,
     )
+
+
+async def fire_through(
+    pool: asyncpg.Pool, sink: Any, spec: ActivityDefinitionSpec, fire: FireContext, **kw: Any
+) -> tuple[EmitReport, SinkTotals]:
+    """What a fire's workflow does: record, emit, then write the sink."""
+    fire = fire if fire.activity_run_id is not None else await recorded(pool, spec, fire)
+    report = await emit(pool, sink, spec, fire, **kw)
+    assert fire.activity_run_id is not None
+    totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    return report, totals
 
 
 async def ops_runs(db: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -119,18 +161,22 @@ async def audit(db: asyncpg.Connection) -> list[asyncpg.Record]:
 # --- the emitted run --------------------------------------------------------------------------
 
 
-async def test_a_fire_emits_an_open_run_the_sink_and_the_audit(
+async def test_a_fire_emits_an_open_run_and_the_audit_then_writes_the_sink(
     pool: asyncpg.Pool, db: asyncpg.Connection
 ) -> None:
     [spec] = await synced(pool)
     sink = FakeSink()
-    fire = manual_fire(
-        {
-            "correlation_id": "corr-1",
-            "goal_ref": "goal-7",
-            "topic": "rates",
-            "token": "secret-never-carried",
-        }
+    fire = await recorded(
+        pool,
+        spec,
+        manual_fire(
+            {
+                "correlation_id": "corr-1",
+                "goal_ref": "goal-7",
+                "topic": "rates",
+                "token": "secret-never-carried",
+            }
+        ),
     )
     report = await emit(pool, sink, spec, fire)
 
@@ -149,17 +195,45 @@ async def test_a_fire_emits_an_open_run_the_sink_and_the_audit(
     assert run["repository_grant"] == GRANT
     assert (run["claim_owner"], run["lease_until"], run["attempt"]) == (None, None, 0)
 
-    [published] = sink.published
-    assert published.ops_run_id == run["id"]
-    assert published.idempotency_key == run["idempotency_key"]
-
+    # the audit row is written with the run, owing the sink its write; the sink is not
+    # touched by the emission
+    assert sink.attempts == 0
     [row] = await audit(db)
     assert row["outcome"] == "created"
     assert row["ops_run_id"] == run["id"]
-    assert (row["issue_sink"], row["issue_sink_ref"]) == ("fake", "ref-1")
+    assert row["activity_run_id"] == fire.activity_run_id
+    assert (row["issue_sink"], row["issue_sink_ref"], row["sink_status"]) == (
+        "fake",
+        None,
+        "pending",
+    )
+    assert row["sink_payload"]["ops_run_id"] == str(run["id"])
     assert row["idempotency_key"] == run["idempotency_key"]
     assert [item.outcome for item in report.items] == [SpawnOutcome.created]
     assert report.emitted_count == 1
+    assert report.sink_writes_left == 1
+    # the fire is emitted in the same transaction
+    fire_row = await db.fetchrow("SELECT * FROM activity_runs WHERE id = $1", fire.activity_run_id)
+    assert (fire_row["status"], fire_row["emitted_count"]) == ("emitted", 1)
+    assert fire_row["finished_at"] is not None
+
+    assert fire.activity_run_id is not None
+    totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    assert totals == SinkTotals(written=1, failed=0)
+    [published] = sink.published
+    assert published.ops_run_id == run["id"]
+    assert published.idempotency_key == run["idempotency_key"]
+    assert published.title == run["title"]
+    assert published.repository_grant == GRANT
+    [row] = await audit(db)
+    assert (row["sink_status"], row["issue_sink_ref"], row["sink_payload"]) == (
+        "written",
+        "ref-1",
+        None,
+    )
+    # nothing left to write: a second publish sends nothing
+    assert await publish_pending(pool, sink, activity_run_id=fire.activity_run_id) == totals
+    assert sink.attempts == 1
 
 
 async def test_only_allowlisted_attribution_keys_reach_the_queue(
@@ -209,7 +283,7 @@ async def test_the_grant_is_copied_exactly_and_never_rendered(
     doc["rules"][0]["action"]["repository_grant"] = grant
     [spec] = await synced(pool, doc)
     sink = FakeSink()
-    await emit(pool, sink, spec, scheduled_fire())
+    await fire_through(pool, sink, spec, scheduled_fire())
     [run] = await ops_runs(db)
     assert run["repository_grant"] == grant
     assert list(run["repository_grant"]["allowed_paths"]) == grant["allowed_paths"]
@@ -225,7 +299,7 @@ async def test_concurrent_duplicate_emits_create_one_run(
 ) -> None:
     [spec] = await synced(pool)
     sink = FakeSink()
-    fire = scheduled_fire()
+    fire = await recorded(pool, spec, scheduled_fire())
     reports = await asyncio.gather(*(emit(pool, sink, spec, fire) for _ in range(10)))
 
     [run] = await ops_runs(db)
@@ -234,8 +308,15 @@ async def test_concurrent_duplicate_emits_create_one_run(
     rows = await audit(db)
     assert sorted(r["outcome"] for r in rows) == ["created"] + ["duplicate"] * 9
     assert {r["ops_run_id"] for r in rows} == {run["id"]}
-    assert len(sink.published) == 1
+    # one write is owed, by the created row; the duplicates owe none
+    assert sorted(r["sink_status"] for r in rows) == ["none"] * 9 + ["pending"]
     assert all(r.emitted_count == 1 for r in reports)
+    assert fire.activity_run_id is not None
+    await asyncio.gather(
+        *(publish_pending(pool, sink, activity_run_id=fire.activity_run_id) for _ in range(3))
+    )
+    assert {t.idempotency_key for t in sink.published} == {run["idempotency_key"]}
+    assert [r["sink_status"] for r in await audit(db)].count("written") == 1
 
 
 async def test_two_scheduled_fires_create_two_runs_and_a_replay_creates_none(
@@ -246,10 +327,12 @@ async def test_two_scheduled_fires_create_two_runs_and_a_replay_creates_none(
     sink = FakeSink()
     monday = scheduled_fire(MONDAY, run_id="run-mon")
     tuesday = scheduled_fire(MONDAY + timedelta(days=1), run_id="run-tue")
-    await emit(pool, sink, spec, monday)
-    await emit(pool, sink, spec, tuesday)
+    await fire_through(pool, sink, spec, monday)
+    await fire_through(pool, sink, spec, tuesday)
     # the same fire again (an activity retry, or a new run id for the same scheduled time)
-    replay = await emit(pool, sink, spec, scheduled_fire(MONDAY, run_id="run-mon-2"))
+    replay, totals = await fire_through(
+        pool, sink, spec, scheduled_fire(MONDAY, run_id="run-mon-2")
+    )
 
     runs = await ops_runs(db)
     assert [r["triggering_event_id"] for r in runs] == [
@@ -261,6 +344,8 @@ async def test_two_scheduled_fires_create_two_runs_and_a_replay_creates_none(
         "Research brief for 2026-03-03",
     ]
     assert replay.items[0].outcome is SpawnOutcome.duplicate
+    assert replay.sink_writes_left == 0
+    assert totals == SinkTotals(written=1, failed=0)  # Monday's write, done by the original
     assert len(sink.published) == 2
 
 
@@ -343,11 +428,40 @@ async def test_an_unsynced_definition_emits_nothing(
     assert (await ops_runs(db), sink.attempts) == ([], 0)
 
 
-# --- the sink down, then up -------------------------------------------------------------------
+async def test_a_batch_is_one_transaction(pool: asyncpg.Pool, db: asyncpg.Connection) -> None:
+    # the third item's run cannot be inserted (a trigger stands in for any database error
+    # mid-batch): the first two, their audit rows and the fire's status roll back with it
+    [spec] = await synced(pool, three_rules())
+    await db.execute(
+        """
+        CREATE FUNCTION refuse_third() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.source_id = 'third' THEN RAISE EXCEPTION 'no third run'; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_third BEFORE INSERT ON ops_runs
+            FOR EACH ROW EXECUTE FUNCTION refuse_third();
+        """
+    )
+    fire = await recorded(pool, spec, scheduled_fire())
+    with pytest.raises(asyncpg.RaiseError, match="no third run"):
+        await emit(pool, FakeSink(), spec, fire)
+    assert (await ops_runs(db), await audit(db)) == ([], [])
+    status = await db.fetchval(
+        "SELECT status FROM activity_runs WHERE id = $1", fire.activity_run_id
+    )
+    assert status == "started"
+
+    await db.execute("DROP TRIGGER refuse_third ON ops_runs")
+    report = await emit(pool, FakeSink(), spec, fire)  # the retry emits the whole batch
+    assert [item.outcome for item in report.items] == [SpawnOutcome.created] * 3
+
+
+# --- the sink: its own step, after every ops run is queued ------------------------------------
 
 
 @respx.mock
-async def test_sink_down_then_up_retries_without_a_duplicate_run(
+async def test_sink_down_then_up_leaves_the_run_queued_and_writes_it_once(
     pool: asyncpg.Pool, db: asyncpg.Connection
 ) -> None:
     [spec] = await synced(pool)
@@ -355,31 +469,120 @@ async def test_sink_down_then_up_retries_without_a_duplicate_run(
         side_effect=[httpx.Response(503)] * 3 + [httpx.Response(201, json={"id": "hub-1"})]
     )
     sink = StateHubSink(STATE_HUB, attempts=3, backoff_initial=0, backoff_max=0)
-    fire = scheduled_fire()
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
     try:
-        with pytest.raises(IssueSinkError):
-            await emit(pool, sink, spec, fire)
-        assert route.call_count == 3  # bounded
-        [run] = await ops_runs(db)  # committed before the sink: claimable, and found again
-        assert await audit(db) == []
+        report = await emit(pool, sink, spec, fire)
+        assert report.items[0].outcome is SpawnOutcome.created
+        [run] = await ops_runs(db)  # queued whatever the sink does
+        [row] = await audit(db)
+        assert (row["outcome"], row["ops_run_id"], row["sink_status"]) == (
+            "created",
+            run["id"],
+            "pending",
+        )
 
-        retry = await emit(pool, sink, spec, fire)  # what Temporal's activity retry does
-        assert retry.items[0].outcome is SpawnOutcome.created
+        with pytest.raises(SinkUnavailable, match="after 3 attempts"):
+            await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+        assert route.call_count == 3  # bounded
+        [row] = await audit(db)
+        assert row["sink_status"] == "pending"
+        assert "HTTP 503" in row["sink_error"]
+
+        # what Temporal's retry of the sink step does
+        totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+        assert totals == SinkTotals(written=1, failed=0)
         assert [r["id"] for r in await ops_runs(db)] == [run["id"]]
         [row] = await audit(db)
-        assert (row["outcome"], row["ops_run_id"]) == ("created", run["id"])
-        assert (row["issue_sink"], row["issue_sink_ref"]) == ("state-hub", "hub-1")
+        assert (row["sink_status"], row["issue_sink"], row["issue_sink_ref"]) == (
+            "written",
+            "state-hub",
+            "hub-1",
+        )
+        assert row["sink_error"] is None
         keys = {call.request.headers["Idempotency-Key"] for call in route.calls}
         assert keys == {run["idempotency_key"]}
         assert json.loads(route.calls.last.request.content)["ops_run_id"] == str(run["id"])
 
         # a later replay of the completed fire: audit only, no sink call
-        again = await emit(pool, sink, spec, fire)
+        again, _ = await fire_through(pool, sink, spec, scheduled_fire(run_id="run-again"))
         assert again.items[0].outcome is SpawnOutcome.duplicate
         assert route.call_count == 4
         assert len(await ops_runs(db)) == 1
     finally:
         await sink.aclose()
+
+
+async def test_every_item_of_a_batch_is_queued_whatever_the_sink_does(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules())
+    # the first write goes through, the second meets the sink down
+    sink = FakeSink()
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    report = await emit(pool, sink, spec, fire)
+    assert [item.outcome for item in report.items] == [SpawnOutcome.created] * 3
+    assert report.sink_writes_left == 3
+    assert len(await ops_runs(db)) == 3
+
+    sink.fail_times = 2  # the sink is down for two tries, then up
+    with pytest.raises(SinkUnavailable):
+        await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    # the sink is down: the other writes wait for the next try
+    assert sink.attempts == 1
+    with pytest.raises(SinkUnavailable):
+        await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    assert totals == SinkTotals(written=3, failed=0)
+    assert [t.source_id for t in sink.published] == ["daily-brief", "second", "third"]
+    assert {r["sink_status"] for r in await audit(db)} == {"written"}
+    assert len(await ops_runs(db)) == 3
+
+
+async def test_a_refused_write_fails_at_once_and_the_others_go_on(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules())
+    sink = FakeSink(refuse={"second"})
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    await emit(pool, sink, spec, fire)
+    totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    assert totals == SinkTotals(written=2, failed=1)
+    rows = {r["source_id"]: r for r in await audit(db)}
+    assert rows["second"]["sink_status"] == "failed"
+    assert rows["second"]["sink_error"] == "refused: HTTP 422"
+    assert rows["second"]["sink_payload"] is not None  # kept, to send again
+    assert {rows[k]["sink_status"] for k in ("daily-brief", "third")} == {"written"}
+
+    # retried once the sink accepts it: the same keys (duplicates) send the failed write
+    sink.refuse = set()
+    replay, totals = await fire_through(pool, sink, spec, scheduled_fire(run_id="run-retry"))
+    assert {item.outcome for item in replay.items} == {SpawnOutcome.duplicate}
+    assert replay.sink_writes_left == 1
+    assert totals == SinkTotals(written=3, failed=0)
+    assert [t.source_id for t in sink.published] == ["daily-brief", "third", "second"]
+    assert len(await ops_runs(db)) == 3
+
+
+async def test_giving_up_fails_what_is_still_pending_with_its_last_error(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules())
+    sink = FakeSink(fail_times=1)
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    await emit(pool, sink, spec, fire)
+    with pytest.raises(SinkUnavailable):
+        await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+    totals = await give_up(pool, activity_run_id=fire.activity_run_id, reason="window over")
+    assert totals == SinkTotals(written=0, failed=3)
+    rows = await audit(db)
+    assert [r["sink_status"] for r in rows] == ["failed"] * 3
+    # the write that was tried says what it met; the others, why they were given up
+    assert [r["sink_error"] for r in rows] == ["sink down", "window over", "window over"]
+    assert len(await ops_runs(db)) == 3
 
 
 # --- queue disabled, report-only, audit links -------------------------------------------------
@@ -390,18 +593,20 @@ async def test_queue_disabled_writes_the_sink_and_the_audit_but_no_run(
 ) -> None:
     [spec] = await synced(pool)
     sink = FakeSink()
-    report = await emit(pool, sink, spec, scheduled_fire(), queue_enabled=False)
+    report, totals = await fire_through(pool, sink, spec, scheduled_fire(), queue_enabled=False)
     assert await ops_runs(db) == []
     [row] = await audit(db)
-    assert (row["outcome"], row["ops_run_id"], row["issue_sink_ref"]) == (
+    assert (row["outcome"], row["ops_run_id"], row["issue_sink_ref"], row["sink_status"]) == (
         "queue_disabled",
         None,
         "ref-1",
+        "written",
     )
     [published] = sink.published
     assert published.ops_run_id is None
     assert published.repository_grant == GRANT
     assert report.items[0].outcome is SpawnOutcome.queue_disabled
+    assert totals == SinkTotals(written=1, failed=0)
 
 
 async def test_report_only_instructions_write_the_audit_row_only(
@@ -411,38 +616,37 @@ async def test_report_only_instructions_write_the_audit_row_only(
     doc["instructions"] = [{"id": "weekly-digest", "report_only": True, "task_template": "Digest"}]
     [spec] = await synced(pool, doc)
     sink = FakeSink()
-    report = await emit(pool, sink, spec, scheduled_fire(), require_profile=True)
+    report, _ = await fire_through(pool, sink, spec, scheduled_fire(), require_profile=True)
     [run] = await ops_runs(db)
     assert run["source_id"] == "daily-brief"
     rows = await audit(db)
-    assert [(r["source_type"], r["source_id"], r["outcome"]) for r in rows] == [
-        ("rule", "daily-brief", "created"),
-        ("instruction", "weekly-digest", "report_only"),
+    assert [(r["source_type"], r["source_id"], r["outcome"], r["sink_status"]) for r in rows] == [
+        ("rule", "daily-brief", "created", "written"),
+        ("instruction", "weekly-digest", "report_only", "none"),
     ]
     assert rows[1]["ops_run_id"] is None
     assert [t.source_id for t in sink.published] == ["daily-brief"]
     assert report.emitted_count == 1
 
 
+async def test_the_none_sink_owes_no_write(pool: asyncpg.Pool, db: asyncpg.Connection) -> None:
+    from activity_core.emission.sink import NoneSink
+
+    [spec] = await synced(pool)
+    report = await emit(pool, NoneSink(), spec, scheduled_fire())
+    assert report.sink_writes_left == 0
+    [row] = await audit(db)
+    assert (row["issue_sink"], row["sink_status"], row["sink_payload"]) == ("none", "none", None)
+
+
 async def test_audit_rows_point_at_the_activity_run(
     pool: asyncpg.Pool, db: asyncpg.Connection
 ) -> None:
     [spec] = await synced(pool)
-    activity_run_id = uuid.uuid4()
-    fire = scheduled_fire(activity_run_id=activity_run_id)
-    await db.execute(
-        """INSERT INTO activity_runs (id, activity_definition_id, workflow_id, run_id,
-               trigger_key, triggering_event_id, scheduled_for)
-           VALUES ($1, $2, 'wf', $3, 'scheduled', $4, $5)""",
-        activity_run_id,
-        spec.uuid,
-        fire.run_id,
-        fire.triggering_event_id,
-        MONDAY,
-    )
+    fire = await recorded(pool, spec, scheduled_fire())
     await emit(pool, FakeSink(), spec, fire)
     [row] = await audit(db)
-    assert row["activity_run_id"] == activity_run_id
+    assert row["activity_run_id"] == fire.activity_run_id
     assert row["triggering_event_id"] == "scheduled:2026-03-02T05:00:00+00:00"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -96,7 +97,20 @@ async def test_retries_are_bounded_and_end_in_issue_sink_error(sink: StateHubSin
     with pytest.raises(IssueSinkError, match="after 4 attempts") as caught:
         await sink.publish(task())
     assert caught.value.status == 503
+    assert not caught.value.conclusive  # the sink is down: the write is tried again later
     assert route.call_count == 4
+
+
+@pytest.mark.parametrize("status", [408, 429])
+@respx.mock
+async def test_timeout_and_too_many_requests_are_retried_like_a_5xx(
+    sink: StateHubSink, status: int
+) -> None:
+    route = respx.post(f"{BASE}/progress").mock(
+        side_effect=[httpx.Response(status), httpx.Response(201, json={"id": "p-1"})]
+    )
+    assert await sink.publish(task()) == "p-1"
+    assert route.call_count == 2
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422])
@@ -106,7 +120,16 @@ async def test_a_4xx_is_conclusive_and_not_retried(sink: StateHubSink, status: i
     with pytest.raises(IssueSinkError, match=f"HTTP {status}") as caught:
         await sink.publish(task())
     assert caught.value.status == status
+    assert caught.value.conclusive  # refused: recorded as failed, not retried
     assert route.call_count == 1
+
+
+def test_a_task_comes_back_whole_from_its_stored_payload() -> None:
+    # a pending sink write stores the payload; the retry sends the task it describes
+    sent = task()
+    assert SinkTask.from_payload(sent.payload()) == sent
+    queue_off = replace(sent, ops_run_id=None, activity_run_id=uuid.uuid4(), repository_grant=None)
+    assert SinkTask.from_payload(queue_off.payload()) == queue_off
 
 
 async def test_the_transport_is_injectable() -> None:

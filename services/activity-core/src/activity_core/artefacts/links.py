@@ -11,26 +11,14 @@ import urllib.parse
 
 from ops_evidence import git_object_id, repo_path, target_repo
 
+from ..settings import absolute_http_base
+
 
 def web_base(value: object) -> str | None:
-    """An absolute http(s) base URL without credentials, query or fragment; no trailing `/`."""
-    if type(value) is not str or not value or value != value.strip():
-        return None
-    try:
-        parts = urllib.parse.urlsplit(value)
-        port = parts.port  # raises on a malformed port
-    except ValueError:
-        return None
-    del port
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    if parts.username is not None or parts.password is not None:
-        return None
-    if parts.query or parts.fragment or "\\" in value:
-        return None
-    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
-        return None
-    return value.rstrip("/")
+    """An absolute http(s) base URL without credentials, query or fragment; no trailing `/`.
+
+    The same rule FORGEJO_WEB_BASE is held to at start (`settings.absolute_http_base`)."""
+    return absolute_http_base(value)
 
 
 def split_org_repo(value: object) -> tuple[str, str] | None:

@@ -41,13 +41,24 @@ class AutomationRef(_Model):
     paused: bool
 
 
+# A fire's status: `started` (recorded, emitting: waiting for a worker, a database or a
+# retry), `emitted` (its ops runs are queued), `failed` (it will not emit; `error` says why).
+FireStatus = Literal["started", "emitted", "failed"]
+
+_FIRE_ERROR = (
+    "why the fire failed (status failed), or what its emission is retrying on (status "
+    "started); absent otherwise"
+)
+
+
 class LastFire(_Model):
     id: uuid.UUID
     run_id: str
-    status: str
+    status: FireStatus
     started_at: datetime
     finished_at: datetime | None = None
     scheduled_for: datetime | None = None
+    error: str | None = Field(default=None, description=_FIRE_ERROR)
 
 
 class AutomationSummary(AutomationRef):
@@ -102,6 +113,20 @@ class FireOpsRun(_Model):
     artifacts: list[Artifact]
 
 
+class SinkWrites(_Model):
+    """The IssueSink writes of a fire's tasks (State Hub by default), by their state. A
+    write is done after the fire's ops runs are queued and retried on its own; `failed`
+    ones (refused, or the sink stayed down for the whole retry window) are sent again by
+    `activity-core retry-fire`."""
+
+    written: int
+    pending: int
+    failed: int
+    error: str | None = Field(
+        description="the last error of a write that is pending or failed; absent when none is"
+    )
+
+
 class Fire(_Model):
     """One activity run (a scheduled or manual fire) and the ops runs it produced."""
 
@@ -111,8 +136,13 @@ class Fire(_Model):
     trigger_key: str
     triggering_event_id: str
     scheduled_for: datetime | None
-    status: str
+    status: FireStatus
+    error: str | None = Field(description=_FIRE_ERROR)
+    retry_of: str | None = Field(
+        description="the run id of the fire this one retries (activity-core retry-fire)"
+    )
     emitted_count: int
+    sink_writes: SinkWrites
     started_at: datetime
     finished_at: datetime | None
     ops_runs: list[FireOpsRun]

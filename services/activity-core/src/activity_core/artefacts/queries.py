@@ -23,11 +23,11 @@ AUTOMATIONS = """
 SELECT d.id, d.slug, d.title, d.schedule_cron, d.schedule_timezone, d.paused,
        last.id AS last_id, last.run_id AS last_run_id, last.status AS last_status,
        last.started_at AS last_started_at, last.finished_at AS last_finished_at,
-       last.scheduled_for AS last_scheduled_for,
+       last.scheduled_for AS last_scheduled_for, last.error AS last_error,
        COALESCE(counts.by_state, '{}'::jsonb) AS queue_counts
 FROM activity_definitions d
 LEFT JOIN LATERAL (
-    SELECT a.id, a.run_id, a.status, a.started_at, a.finished_at, a.scheduled_for
+    SELECT a.id, a.run_id, a.status, a.started_at, a.finished_at, a.scheduled_for, a.error
     FROM activity_runs a
     WHERE a.activity_definition_id = d.id
     ORDER BY a.started_at DESC, a.id DESC
@@ -47,7 +47,7 @@ ORDER BY d.title, d.slug
 
 _FIRE_COLUMNS = """
     id, run_id, workflow_id, trigger_key, triggering_event_id, scheduled_for, status,
-    emitted_count, started_at, finished_at
+    error, retry_of, emitted_count, started_at, finished_at
 """
 
 # One page of an automation's fires, newest first, keyset on (started_at, id).
@@ -168,4 +168,35 @@ SELECT fire_id, matched_by, id, title, target_repo, state, attempt, claim_owner,
 FROM ranked
 WHERE n <= $4
 ORDER BY fire_id, created_at, id
+"""
+
+# The IssueSink writes of some fires, counted by state. A write belongs to an idempotency
+# key: a fire's own audit rows name its keys, and a replayed or retried fire (whose rows
+# are `duplicate`, owing no write) shows the writes of the emit that created its runs. Per
+# key the best state counts (written, else pending, else failed), so a key written twice
+# (the queue disabled, fired twice) is one write. task_spawn_log_by_run finds the fires'
+# keys, task_spawn_log_by_key their writes.
+# $1 activity_runs.id[] of the fires
+FIRE_SINK_WRITES = """
+WITH fire_keys AS (
+    SELECT DISTINCT activity_run_id AS fire_id, idempotency_key
+    FROM task_spawn_log
+    WHERE activity_run_id = ANY($1::uuid[])
+),
+per_key AS (
+    SELECT k.fire_id,
+           CASE WHEN bool_or(t.sink_status = 'written') THEN 'written'
+                WHEN bool_or(t.sink_status = 'pending') THEN 'pending'
+                ELSE 'failed' END AS state,
+           (array_agg(t.sink_error ORDER BY t.id DESC)
+                FILTER (WHERE t.sink_error IS NOT NULL))[1] AS error
+    FROM fire_keys k
+    JOIN task_spawn_log t
+      ON t.idempotency_key = k.idempotency_key AND t.sink_status <> 'none'
+    GROUP BY k.fire_id, k.idempotency_key
+)
+SELECT fire_id, state, count(*) AS n,
+       (array_agg(error) FILTER (WHERE error IS NOT NULL AND state <> 'written'))[1] AS error
+FROM per_key
+GROUP BY fire_id, state
 """

@@ -26,6 +26,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ops_contracts import RefusalCode, RunState
+from ops_evidence import sanitize_error
 
 from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
@@ -40,6 +41,7 @@ from .models import (
     FirePage,
     LastFire,
     Schedule,
+    SinkWrites,
 )
 from .projection import project_ops_run
 
@@ -88,6 +90,21 @@ def _automation(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
+def _error_text(value: object) -> str | None:
+    return sanitize_error(value) if value is not None else None
+
+
+def _sink_writes(rows: Sequence[asyncpg.Record]) -> SinkWrites:
+    counts = {row["state"]: int(row["n"]) for row in rows}
+    errors = [row["error"] for row in rows if row["error"] is not None]
+    return SinkWrites(
+        written=counts.get("written", 0),
+        pending=counts.get("pending", 0),
+        failed=counts.get("failed", 0),
+        error=_error_text(errors[0]) if errors else None,
+    )
+
+
 def _summary(row: asyncpg.Record) -> AutomationSummary:
     counts = row["queue_counts"] if isinstance(row["queue_counts"], dict) else {}
     last = (
@@ -98,6 +115,7 @@ def _summary(row: asyncpg.Record) -> AutomationSummary:
             started_at=row["last_started_at"],
             finished_at=row["last_finished_at"],
             scheduled_for=row["last_scheduled_for"],
+            error=_error_text(row["last_error"]),
         )
         if row["last_run_id"] is not None
         else None
@@ -179,6 +197,10 @@ class ArtefactService:
             OPEN_FIRE_WINDOW_SECONDS,
             MAX_OPS_RUNS_PER_FIRE + 1,
         )
+        sink_rows = await conn.fetch(queries.FIRE_SINK_WRITES, [fire["id"] for fire in fires])
+        sink_by_fire: dict[uuid.UUID, list[asyncpg.Record]] = defaultdict(list)
+        for row in sink_rows:
+            sink_by_fire[row["fire_id"]].append(row)
         now = datetime.now(UTC)
         by_fire: dict[uuid.UUID, list[FireOpsRun]] = defaultdict(list)
         for row in rows:
@@ -203,7 +225,10 @@ class ArtefactService:
                     triggering_event_id=fire["triggering_event_id"],
                     scheduled_for=fire["scheduled_for"],
                     status=fire["status"],
+                    error=_error_text(fire["error"]),
+                    retry_of=fire["retry_of"],
                     emitted_count=fire["emitted_count"],
+                    sink_writes=_sink_writes(sink_by_fire.get(fire["id"], [])),
                     started_at=fire["started_at"],
                     finished_at=fire["finished_at"],
                     ops_runs=shown,

@@ -1,30 +1,32 @@
-"""`emit_tasks`: one fire of a definition becomes ops runs, sink records and audit rows.
+"""`emit_tasks`: one fire of a definition becomes ops runs and audit rows, in one transaction.
 
-Exactly the spec's emit path:
+The spec's emit path, with the IssueSink write made a step of its own:
 
 1. Validate the whole batch (every rule and instruction) and render every task before
-   the database or the IssueSink is touched. A problem refuses the batch
-   (EmissionPolicyError, non-retryable) and nothing of it is emitted.
-2. Per item, in file order (rules, then instructions):
+   the database is touched. A problem refuses the batch (EmissionPolicyError,
+   non-retryable) and nothing of it is emitted.
+2. In one transaction, per item in file order (rules, then instructions):
    a. when the queue is enabled, insert the ops run as ``open``, idempotent on
       ``{activity_id}:{source_id}:{triggering_event_id}``; its insert trigger NOTIFYs
       long-poll claimers;
-   b. dual-write the IssueSink (idempotency key header = the same key);
-   c. write the ``task_spawn_log`` audit row.
+   b. write the ``task_spawn_log`` audit row, carrying the IssueSink write it owes
+      (``sink_status`` ``pending`` with the task as ``sink_payload``);
+   then mark the fire's ``activity_runs`` row ``emitted``. Every item gets its ops run
+   and its audit row, or none does (a database failure rolls the whole batch back and
+   the retry starts over).
+3. ``publish.publish_pending`` dual-writes the IssueSink afterwards, retried on its own:
+   a sink that is down never stands between a fire and its ops runs, and never keeps a
+   later item of the batch from its run.
 
-Outcomes: ``created`` (this emit created the run, or completed the emit that inserted it
-and then failed at the sink), ``duplicate`` (an earlier emit of the key completed: no sink
-call), ``queue_disabled`` (no run; the sink is still written), ``report_only`` (a
-report-only instruction: no run, no sink, the audit row only).
-
-A sink failure raises IssueSinkError after the run was committed; the retry of the emission
-finds the run, writes the sink and the audit, and never creates a second run.
+Outcomes: ``created`` (this emit created the run, or completed a run an older build
+inserted and then failed at the sink), ``duplicate`` (an earlier emit of the key
+completed: no sink write of its own), ``queue_disabled`` (no run; the sink is still
+written), ``report_only`` (a report-only instruction: no run, no sink, the audit row only).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -40,13 +42,12 @@ from .errors import (
     DefinitionNotSyncedError,
     EmissionPolicyError,
     EmissionUnavailable,
-    IssueSinkError,
     PolicyProblem,
 )
 from .fire import FireContext
 from .policy import check_batch
 from .render import RenderError, render_task
-from .sink import IssueSink, SinkTask
+from .sink import NONE_SINK, SinkTask
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -56,7 +57,6 @@ __all__ = [
     "EmitReport",
     "EmittedItem",
     "FireContext",
-    "IssueSinkError",
     "SpawnOutcome",
     "emit_tasks",
     "idempotency_key",
@@ -93,7 +93,6 @@ class EmittedItem:
     idempotency_key: str
     outcome: SpawnOutcome
     ops_run_id: uuid.UUID | None
-    issue_sink_ref: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +100,9 @@ class EmitReport:
     activity_id: str
     triggering_event_id: str
     items: tuple[EmittedItem, ...]
+    # sink writes still to do for this fire's keys (its own, and an earlier emit's
+    # pending or failed ones): the publish step runs when this is not 0
+    sink_writes_left: int
 
     def count(self, outcome: SpawnOutcome) -> int:
         return sum(1 for item in self.items if item.outcome is outcome)
@@ -179,34 +181,45 @@ def _plan(
 
 async def emit_tasks(
     pool: asyncpg.Pool,
-    sink: IssueSink,
+    sink_name: str,
     *,
     spec: ActivityDefinitionSpec,
     fire: FireContext,
     queue_enabled: bool,
     require_profile: bool,
 ) -> EmitReport:
-    """Emit one fire of ``spec`` (see the module docstring).
+    """Emit one fire of ``spec`` (see the module docstring). ``sink_name`` is the IssueSink
+    the audit rows record (``none``: no sink write is owed).
 
-    Raises EmissionPolicyError (nothing written; final), IssueSinkError or
-    EmissionUnavailable (retry the whole call; it is idempotent).
+    Raises EmissionPolicyError (nothing written; final) or EmissionUnavailable (nothing
+    written; retry the whole call, it is idempotent).
     """
     sources = check_batch(spec, fire=fire, require_profile=require_profile)
     planned = _plan(spec, sources, fire)
-    items: list[EmittedItem] = []
+    keys = [plan.key for plan in planned]
     try:
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction():
             if not await conn.fetchval(queries.DEFINITION_EXISTS, spec.uuid):
                 raise DefinitionNotSyncedError(spec.id)
-            for plan in planned:
-                items.append(await _emit_one(conn, sink, spec, fire, plan, queue_enabled))
+            await conn.execute(queries.LOCK_KEYS, queries.EMIT_LOCK_NAMESPACE, keys)
+            items = [
+                await _emit_one(conn, sink_name, spec, fire, plan, queue_enabled)
+                for plan in planned
+            ]
+            report = EmitReport(spec.id, fire.triggering_event_id, tuple(items), 0)
+            if fire.activity_run_id is not None:
+                await conn.execute(
+                    queries.MARK_FIRE_EMITTED, fire.activity_run_id, report.emitted_count
+                )
+            left = await conn.fetchval(queries.SINK_WRITES_LEFT, keys)
     except _UNAVAILABLE as exc:
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
-    report = EmitReport(spec.id, fire.triggering_event_id, tuple(items))
+    report = replace(report, sink_writes_left=int(left))
     log.info(
-        "emitted %d task(s), %d new",
+        "emitted %d task(s), %d new, %d sink write(s) to do",
         report.emitted_count,
         report.count(SpawnOutcome.created),
+        report.sink_writes_left,
         extra={"activity_id": spec.id, "trigger": fire.triggering_event_id, "run_id": fire.run_id},
     )
     return report
@@ -214,69 +227,67 @@ async def emit_tasks(
 
 async def _emit_one(
     conn: Connection,
-    sink: IssueSink,
+    sink_name: str,
     spec: ActivityDefinitionSpec,
     fire: FireContext,
     plan: _Planned,
     queue_enabled: bool,
 ) -> EmittedItem:
     source = plan.source
-    if plan.task is None:
-        return await _audit(conn, sink, spec, fire, plan, SpawnOutcome.report_only, None, None)
+    task = plan.task
+    if task is None:
+        return await _audit(conn, sink_name, spec, fire, plan, SpawnOutcome.report_only, None)
     if not queue_enabled:
-        ref = await sink.publish(plan.task)
-        return await _audit(conn, sink, spec, fire, plan, SpawnOutcome.queue_disabled, None, ref)
-    await conn.execute(queries.LOCK_KEY, queries.EMIT_LOCK_NAMESPACE, plan.key)
-    try:
-        task = plan.task
-        run_id = await conn.fetchval(
-            queries.INSERT_OPS_RUN,
-            uuid.uuid4(),
-            spec.uuid,
-            plan.key,
-            task.target_repo,
-            task.title,
-            task.description,
-            task.labels,
-            task.priority,
-            source.source_type.value,
-            source.source_id,
-            fire.triggering_event_id,
-            task.approach_hint,
-            task.harness_profile_ref,
-            task.execution_refs,
-            task.repository_grant,
+        return await _audit(
+            conn, sink_name, spec, fire, plan, SpawnOutcome.queue_disabled, None, task
         )
-        outcome = SpawnOutcome.created
-        if run_id is None:
-            run_id = await conn.fetchval(queries.RUN_BY_KEY, plan.key)
-            if await conn.fetchval(queries.CREATED_AUDIT_EXISTS, plan.key):
-                outcome = SpawnOutcome.duplicate
-        ref = None
-        if outcome is SpawnOutcome.created:
-            ref = await sink.publish(_with_run(task, run_id))
-        return await _audit(conn, sink, spec, fire, plan, outcome, run_id, ref)
-    finally:
-        # a broken connection has lost its session lock already; never mask the real error
-        with contextlib.suppress(*_UNAVAILABLE, asyncpg.PostgresError):
-            await conn.execute(queries.UNLOCK_KEY, queries.EMIT_LOCK_NAMESPACE, plan.key)
-
-
-def _with_run(task: SinkTask, run_id: uuid.UUID) -> SinkTask:
-    return replace(task, ops_run_id=run_id)
+    run_id = await conn.fetchval(
+        queries.INSERT_OPS_RUN,
+        uuid.uuid4(),
+        spec.uuid,
+        plan.key,
+        task.target_repo,
+        task.title,
+        task.description,
+        task.labels,
+        task.priority,
+        source.source_type.value,
+        source.source_id,
+        fire.triggering_event_id,
+        task.approach_hint,
+        task.harness_profile_ref,
+        task.execution_refs,
+        task.repository_grant,
+    )
+    if run_id is None:
+        run_id = await conn.fetchval(queries.RUN_BY_KEY, plan.key)
+        if await conn.fetchval(queries.CREATED_AUDIT_EXISTS, plan.key):
+            return await _audit(conn, sink_name, spec, fire, plan, SpawnOutcome.duplicate, run_id)
+    return await _audit(
+        conn,
+        sink_name,
+        spec,
+        fire,
+        plan,
+        SpawnOutcome.created,
+        run_id,
+        replace(task, ops_run_id=run_id),
+    )
 
 
 async def _audit(
     conn: Connection,
-    sink: IssueSink,
+    sink_name: str,
     spec: ActivityDefinitionSpec,
     fire: FireContext,
     plan: _Planned,
     outcome: SpawnOutcome,
     run_id: uuid.UUID | None,
-    ref: str | None,
+    sink_task: SinkTask | None = None,
 ) -> EmittedItem:
+    """The audit row; with ``sink_task``, the sink write it owes (unless the sink is none)."""
     source = plan.source
+    owes_write = sink_task is not None and sink_name != NONE_SINK
     await conn.execute(
         queries.INSERT_AUDIT,
         spec.uuid,
@@ -287,7 +298,8 @@ async def _audit(
         plan.key,
         run_id,
         outcome.value,
-        sink.name,
-        ref,
+        sink_name,
+        "pending" if owes_write else "none",
+        sink_task.payload() if owes_write and sink_task is not None else None,
     )
-    return EmittedItem(source.source_type.value, source.source_id, plan.key, outcome, run_id, ref)
+    return EmittedItem(source.source_type.value, source.source_id, plan.key, outcome, run_id)

@@ -1,7 +1,8 @@
 """What can go wrong when a fire emits its tasks, in the vocabulary of the caller.
 
-The Temporal emit activity maps these: a policy error is final (non-retryable), a sink or
-database failure is retried, and the idempotent insert makes every retry safe.
+The Temporal activities map these: a policy error is final (non-retryable), a database
+failure is retried, and the idempotent insert makes every retry safe. A sink failure
+never fails the emission: the sink write is a step of its own, retried on its own.
 """
 
 from __future__ import annotations
@@ -55,15 +56,22 @@ class DefinitionNotSyncedError(EmissionPolicyError):
 
 
 class IssueSinkError(EmissionError):
-    """The IssueSink refused or stayed unreachable after bounded retries. Retryable: the
-    ops run (if any) is already queued and a retry of the emission will not duplicate it.
-    ``status`` is the last HTTP status (None for a transport failure); a 4xx is conclusive
-    and was not retried here."""
+    """The IssueSink refused a task or stayed unreachable after its own bounded retries.
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    ``conclusive``: the sink refused this task (a 4xx other than 408/429); the same write
+    would be refused again, so it is recorded as failed rather than retried. Otherwise the
+    sink is down: the write stays pending and is retried later. The ops run (if any) is
+    queued either way. ``status`` is the last HTTP status (None for a transport failure).
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, conclusive: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.conclusive = conclusive
 
 
 class EmissionUnavailable(EmissionError):
-    """PostgreSQL could not be reached mid-emission. Retryable, like a sink failure."""
+    """PostgreSQL could not be reached mid-emission (or mid sink bookkeeping). Retryable:
+    nothing of the transaction it interrupted was committed."""

@@ -1,24 +1,34 @@
-"""Every SQL statement of emission, in one place. Parameters are `$n` only."""
+"""Every SQL statement of emission, in one place. Parameters are `$n` only.
+
+Emission is two units of work. `emit_tasks` writes a fire's ops runs and audit rows in one
+transaction (these statements, in order: lock the keys, then per item insert the run,
+look it up when it existed, insert the audit row; then mark the fire emitted and count
+the sink writes left). `publish_pending` then writes the IssueSink, one audit row at a
+time, each write recorded in a statement of its own.
+"""
 
 from __future__ import annotations
 
 # Emission refuses a definition that was never synced (ops_runs reference its row).
 DEFINITION_EXISTS = "SELECT EXISTS (SELECT 1 FROM activity_definitions WHERE id = $1)"
 
-# Emits of one idempotency key are serialized for the whole insert -> sink -> audit
-# sequence, so exactly one of them writes `created` and the others see it and write
-# `duplicate`. A session lock (not a transaction lock) because the insert must commit
-# before the sink is called: a sink failure leaves the run queued, and the retry finds it.
-# Two-key form: its own lock space, apart from single-key locks. $1 namespace, $2 key
-LOCK_KEY = "SELECT pg_advisory_lock($1, hashtext($2))"
-UNLOCK_KEY = "SELECT pg_advisory_unlock($1, hashtext($2))"
+# Emits of one idempotency key are serialized for their whole transaction, so exactly one
+# of them writes `created` and the others see it committed and write `duplicate`. Every
+# key of the batch is locked up front, in hash order, so two batches sharing keys (a
+# replayed fire and its original) take their locks in the same order and cannot deadlock;
+# the transaction's end releases them. Two-key form: its own lock space.
+# $1 namespace, $2 the batch's keys
+LOCK_KEYS = """
+SELECT pg_advisory_xact_lock($1, h)
+FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) AS keys
+"""
 EMIT_LOCK_NAMESPACE = 0x61636B65  # 'acke'
 
 # The run, open, unless its key exists. Fires ops_runs_open_after_insert, whose NOTIFY wakes
-# long-poll claimers. $1 id, $2 definition, $3 key, $4 target_repo, $5 title,
-# $6 description, $7 labels, $8 priority, $9 source_type, $10 source_id,
-# $11 triggering_event_id, $12 approach_hint, $13 harness_profile_ref, $14 execution_refs,
-# $15 repository_grant
+# long-poll claimers (delivered when the transaction commits). $1 id, $2 definition, $3 key,
+# $4 target_repo, $5 title, $6 description, $7 labels, $8 priority, $9 source_type,
+# $10 source_id, $11 triggering_event_id, $12 approach_hint, $13 harness_profile_ref,
+# $14 execution_refs, $15 repository_grant
 INSERT_OPS_RUN = """
 INSERT INTO ops_runs (
     id, activity_definition_id, idempotency_key, target_repo, title, description, labels,
@@ -33,7 +43,8 @@ RETURNING id
 RUN_BY_KEY = "SELECT id FROM ops_runs WHERE idempotency_key = $1"
 
 # Whether an earlier emit of this key completed (wrote its `created` audit row). A run
-# without one was inserted by an emit that then failed at the sink: this emit completes it.
+# without one was inserted by an emit of an older build that then failed at the sink:
+# this emit completes it.
 CREATED_AUDIT_EXISTS = """
 SELECT EXISTS (
     SELECT 1 FROM task_spawn_log WHERE idempotency_key = $1 AND outcome = 'created'
@@ -41,11 +52,86 @@ SELECT EXISTS (
 """
 
 # $1 definition, $2 activity run, $3 source_type, $4 source_id, $5 triggering_event_id,
-# $6 key, $7 ops run, $8 outcome, $9 sink name, $10 sink ref
+# $6 key, $7 ops run, $8 outcome, $9 sink name, $10 sink status, $11 sink payload
 INSERT_AUDIT = """
 INSERT INTO task_spawn_log (
     activity_definition_id, activity_run_id, source_type, source_id, triggering_event_id,
-    idempotency_key, ops_run_id, outcome, issue_sink, issue_sink_ref
+    idempotency_key, ops_run_id, outcome, issue_sink, sink_status, sink_payload
 )
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+"""
+
+# In the emission's transaction: the fire's ops runs and its being emitted commit together.
+# $1 activity run, $2 emitted count
+MARK_FIRE_EMITTED = """
+UPDATE activity_runs
+SET status = 'emitted', emitted_count = $2, finished_at = now(), error = NULL
+WHERE id = $1
+"""
+
+# Sink writes still to do for these keys: this fire's own, and those an earlier emit of
+# the same keys left pending or failed (a replay or a retried fire writes them again).
+# $1 keys
+SINK_WRITES_LEFT = """
+SELECT count(*)
+FROM task_spawn_log
+WHERE idempotency_key = ANY($1::text[]) AND sink_status IN ('pending', 'failed')
+"""
+
+# The writes `publish_pending` does for one fire: every pending or failed write of a key
+# the fire's audit rows name, oldest first. $1 activity run
+SINK_WRITES_OF_FIRE = """
+SELECT t.id, t.idempotency_key, t.sink_payload
+FROM task_spawn_log t
+WHERE t.idempotency_key IN (
+        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+      )
+  AND t.sink_status IN ('pending', 'failed')
+ORDER BY t.id
+"""
+
+# The sink accepted the task: the payload is no longer needed. $1 audit row, $2 sink ref
+SINK_WRITTEN = """
+UPDATE task_spawn_log
+SET sink_status = 'written', issue_sink_ref = $2, sink_error = NULL, sink_payload = NULL
+WHERE id = $1
+"""
+
+# The sink refused the task (a conclusive 4xx): retrying would be refused again.
+# $1 audit row, $2 why
+SINK_REFUSED = """
+UPDATE task_spawn_log
+SET sink_status = 'failed', sink_error = $2
+WHERE id = $1 AND sink_status <> 'written'
+"""
+
+# The sink is down: the write stays pending (or failed) and says what the last try met.
+# $1 audit row, $2 why
+SINK_NOT_YET = """
+UPDATE task_spawn_log
+SET sink_error = $2
+WHERE id = $1 AND sink_status IN ('pending', 'failed')
+"""
+
+# The fire's retry window for the sink is over: what is still pending failed. A write the
+# sink accepted meanwhile stays written. $1 activity run, $2 why (kept where a try
+# recorded its own reason)
+SINK_GIVE_UP = """
+UPDATE task_spawn_log
+SET sink_status = 'failed', sink_error = COALESCE(sink_error, $2)
+WHERE idempotency_key IN (
+        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+      )
+  AND sink_status = 'pending'
+"""
+
+# $1 activity run: (written, failed) over the fire's keys, after its sink step
+SINK_TOTALS = """
+SELECT count(*) FILTER (WHERE t.sink_status = 'written') AS written,
+       count(*) FILTER (WHERE t.sink_status = 'failed') AS failed
+FROM task_spawn_log t
+WHERE t.idempotency_key IN (
+        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+      )
+  AND t.sink_status <> 'none'
 """

@@ -5,15 +5,18 @@
 State Hub request: ``POST {STATE_HUB_URL}/progress`` with the JSON body of
 :meth:`SinkTask.payload` and an ``Idempotency-Key`` header equal to the ops run's
 idempotency key, so a retried emission is recorded once. A 2xx answer is success (its JSON
-``id``, when present, is kept as the audit row's ``issue_sink_ref``). Transport errors and
-5xx are retried here with jittered exponential backoff, a bounded number of times; a 4xx
-is a conclusive refusal and is not retried. Either way the final failure is an
-:class:`IssueSinkError`, which fails the emission so Temporal retries it later.
+``id``, when present, is kept as the audit row's ``issue_sink_ref``). Transport errors,
+5xx, 408 and 429 are retried here with jittered exponential backoff, a bounded number of
+times (a blip costs no more than a moment); any other 4xx is a conclusive refusal and is
+not retried. Either way the final failure is an :class:`IssueSinkError`, ``conclusive``
+for a refusal. The sink write runs after the fire's ops runs are committed
+(``emission/publish.py``), and a sink that stays down is retried there, on its own.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +35,7 @@ from ..settings import ActivityCoreSettings, SettingsError
 from .errors import IssueSinkError
 
 __all__ = [
+    "NONE_SINK",
     "PROGRESS_PATH",
     "IssueSink",
     "NoneSink",
@@ -43,6 +47,10 @@ __all__ = [
 PROGRESS_PATH = "/progress"
 EVENT_KIND = "activity_core.task_emitted"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The sink that writes nothing: emission records no sink write for it.
+NONE_SINK = "none"
+# Answers that mean "not now" rather than "no": retried like a 5xx.
+_TRANSIENT_4XX = frozenset({408, 429})
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,34 @@ class SinkTask:
             "repository_grant": self.repository_grant,
         }
 
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> SinkTask:
+        """The task back from :meth:`payload` (as stored with a pending sink write)."""
+
+        def optional_uuid(value: Any) -> uuid.UUID | None:
+            return uuid.UUID(value) if value else None
+
+        return cls(
+            idempotency_key=payload["idempotency_key"],
+            activity_id=payload["activity_id"],
+            activity_definition_id=uuid.UUID(payload["activity_definition_id"]),
+            activity_run_id=optional_uuid(payload.get("activity_run_id")),
+            run_id=payload["run_id"],
+            source_type=payload["source_type"],
+            source_id=payload["source_id"],
+            triggering_event_id=payload["triggering_event_id"],
+            ops_run_id=optional_uuid(payload.get("ops_run_id")),
+            title=payload["title"],
+            description=payload["description"],
+            target_repo=payload["target_repo"],
+            labels=list(payload.get("labels") or []),
+            priority=payload["priority"],
+            harness_profile_ref=payload.get("harness_profile_ref"),
+            approach_hint=payload.get("approach_hint"),
+            execution_refs=dict(payload.get("execution_refs") or {}),
+            repository_grant=payload.get("repository_grant"),
+        )
+
 
 class IssueSink(Protocol):
     """Records an emitted task outside the claim queue; idempotent on the task's key."""
@@ -113,7 +149,7 @@ class NoneSink:
 
     @property
     def name(self) -> str:
-        return "none"
+        return NONE_SINK
 
     async def publish(self, task: SinkTask) -> str | None:
         return None
@@ -187,12 +223,13 @@ class StateHubSink:
             )
         except httpx.TransportError as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}", None) from exc
-        if response.status_code >= 500:
+        if response.status_code >= 500 or response.status_code in _TRANSIENT_4XX:
             raise _Transient(f"HTTP {response.status_code}", response.status_code)
         if not response.is_success:
             raise IssueSinkError(
                 f"state-hub refused the task: HTTP {response.status_code}",
                 status=response.status_code,
+                conclusive=True,
             )
         return _reference(response)
 

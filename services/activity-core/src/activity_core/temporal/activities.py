@@ -1,29 +1,54 @@
 """The activities of `RunActivityWorkflow`: everything that touches the database or a sink.
 
-Errors are translated here, at the edge to Temporal: a policy failure (or a definition that
-is gone or paused) becomes a non-retryable `ApplicationError` and ends the run on its first
-attempt; an IssueSink failure is a retryable one, so Temporal retries the emission, which the
-per-fire idempotency key makes safe.
+Errors are translated here, at the edge to Temporal, into three kinds:
+
+- final: a policy failure, a definition that is gone, paused or no longer valid. A
+  non-retryable `ApplicationError`; the fire ends `failed` with it as its reason.
+- transient: the database is unreachable, a transaction met a serialization failure or a
+  deadlock, the IssueSink is down. Retryable, without an attempt limit: the workflow's
+  retry policy keeps trying (the per-fire idempotency keys make every retry safe), and a
+  fire cannot be recorded as failed while its database is away anyway.
+- unexpected: anything else (a bug, a constraint the data breaks). Retried a few times, in
+  case it was transient after all, then final, so that it ends as a failure an operator
+  sees rather than a fire that retries forever.
+
+While a fire's emission retries on an error its database can still take, the error is
+noted on its `activity_runs` row, so the ops UI shows what it is waiting for.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from ops_evidence import sanitize_error
+
 from ..definitions.model import ActivityDefinitionSpec
 from ..emission.emit import emit_tasks
-from ..emission.errors import EmissionPolicyError, EmissionUnavailable, IssueSinkError
+from ..emission.errors import EmissionPolicyError, EmissionUnavailable
 from ..emission.fire import FireContext
+from ..emission.publish import SinkUnavailable, give_up, publish_pending
 from ..emission.sink import IssueSink
 from . import queries
-from .payloads import EmitInput, EmitOutcome, MarkFailedInput, RecordedRun, RecordRunInput
+from .payloads import (
+    EmitInput,
+    EmitOutcome,
+    FirePolicy,
+    MarkFailedInput,
+    PublishInput,
+    RecordedRun,
+    RecordRunInput,
+    SinkGiveUpInput,
+    SinkOutcome,
+)
 
 log = logging.getLogger("activity_core.temporal")
 
@@ -31,6 +56,9 @@ POLICY_ERROR = "EmissionPolicyError"
 DEFINITION_NOT_FOUND = "DefinitionNotFound"
 DEFINITION_PAUSED = "DefinitionPaused"
 DEFINITION_INVALID = "DefinitionInvalid"
+UNEXPECTED_ERROR = "UnexpectedError"
+DATABASE_UNAVAILABLE = "DatabaseUnavailable"
+SINK_UNAVAILABLE = "SinkUnavailable"
 # Listed on the retry policies too, so they stay final even if raised without the flag.
 NON_RETRYABLE_ERROR_TYPES = (
     POLICY_ERROR,
@@ -38,10 +66,67 @@ NON_RETRYABLE_ERROR_TYPES = (
     DEFINITION_PAUSED,
     DEFINITION_INVALID,
 )
+# An error we cannot classify is retried this many attempts in all, then final.
+UNEXPECTED_ERROR_ATTEMPTS = 8
+_NOTE_TIMEOUT_SECONDS = 5.0
+
+# The database is not there, or asked us to try again: retried without a limit.
+_DB_TRANSIENT = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
+    asyncpg.exceptions.QueryCanceledError,
+)
+
+
+def _unexpected(exc: Exception, step: str) -> ApplicationError:
+    attempt = activity.info().attempt
+    final = attempt >= UNEXPECTED_ERROR_ATTEMPTS
+    message = sanitize_error(f"{step}: {type(exc).__name__}: {exc}")
+    log.error(
+        "%s failed unexpectedly (attempt %d%s): %s",
+        step,
+        attempt,
+        ", final" if final else "",
+        message,
+        exc_info=exc,
+    )
+    return ApplicationError(message, type=UNEXPECTED_ERROR, non_retryable=final)
+
+
+def _for_temporal(exc: Exception, step: str) -> ApplicationError:
+    """`exc` as Temporal should see it (see the module docstring)."""
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, EmissionUnavailable):
+        return ApplicationError(str(exc), type=DATABASE_UNAVAILABLE)
+    if isinstance(exc, SinkUnavailable):
+        return ApplicationError(str(exc), type=SINK_UNAVAILABLE)
+    if isinstance(exc, _DB_TRANSIENT):
+        return ApplicationError(
+            f"database unavailable: {type(exc).__name__}", type=DATABASE_UNAVAILABLE
+        )
+    return _unexpected(exc, step)
+
+
+def _reraise(exc: Exception, error: ApplicationError) -> NoReturn:
+    if error is exc:
+        raise error
+    raise error from exc
 
 
 class ActivityCoreActivities:
-    """Bound to the worker's resources: the pool, the IssueSink and the emission policy."""
+    """Bound to the worker's resources: the pool, the IssueSink, the emission policy and
+    the fire policy (retry timing) from its settings."""
 
     def __init__(
         self,
@@ -50,14 +135,27 @@ class ActivityCoreActivities:
         *,
         queue_enabled: bool,
         require_profile: bool,
+        fire_policy: FirePolicy,
     ) -> None:
         self._pool = pool
         self._sink = sink
         self._queue_enabled = queue_enabled
         self._require_profile = require_profile
+        self._fire_policy = fire_policy
+
+    @activity.defn(name="fire_policy")
+    async def fire_policy(self) -> FirePolicy:
+        """A local activity: the worker's retry timing, recorded in the fire's history."""
+        return self._fire_policy
 
     @activity.defn(name="record_activity_run")
     async def record_activity_run(self, params: RecordRunInput) -> RecordedRun:
+        try:
+            return await self._record(params)
+        except Exception as exc:
+            _reraise(exc, _for_temporal(exc, "recording the fire"))
+
+    async def _record(self, params: RecordRunInput) -> RecordedRun:
         definition = await self._pool.fetchrow(queries.DEFINITION_BY_SLUG, params.activity_slug)
         if definition is None:
             raise ApplicationError(
@@ -76,6 +174,7 @@ class ActivityCoreActivities:
             params.scheduled_for,
             params.context,
             params.fired_at,
+            params.retry_of,
         )
         assert row is not None  # DO UPDATE ... RETURNING always yields the row
         log.info(
@@ -94,12 +193,19 @@ class ActivityCoreActivities:
     @activity.defn(name="emit_activity_run")
     async def emit(self, params: EmitInput) -> EmitOutcome:
         run_id = uuid.UUID(params.activity_run_id)
+        try:
+            return await self._emit(run_id)
+        except Exception as exc:
+            error = _for_temporal(exc, "emission")
+            if not error.non_retryable:
+                await self._note_retry(run_id, error)
+            _reraise(exc, error)
+
+    async def _emit(self, run_id: uuid.UUID) -> EmitOutcome:
         row = await self._pool.fetchrow(queries.ACTIVITY_RUN_FOR_EMIT, run_id)
         if row is None:
             raise ApplicationError(
-                f"no activity run {params.activity_run_id}",
-                type=DEFINITION_NOT_FOUND,
-                non_retryable=True,
+                f"no activity run {run_id}", type=DEFINITION_NOT_FOUND, non_retryable=True
             )
         if row["paused"]:
             raise ApplicationError(
@@ -129,7 +235,7 @@ class ActivityCoreActivities:
         try:
             report = await emit_tasks(
                 self._pool,
-                self._sink,
+                self._sink.name,
                 spec=spec,
                 fire=fire,
                 queue_enabled=self._queue_enabled,
@@ -137,29 +243,73 @@ class ActivityCoreActivities:
             )
         except EmissionPolicyError as exc:
             raise ApplicationError(str(exc), type=POLICY_ERROR, non_retryable=True) from exc
-        except (IssueSinkError, EmissionUnavailable) as exc:
-            log.warning(
-                "emission failed (%s); Temporal retries it",
-                type(exc).__name__,
-                extra={"run_id": row["run_id"], "attempt": activity.info().attempt},
+        return EmitOutcome(
+            emitted_count=report.emitted_count, sink_writes_left=report.sink_writes_left
+        )
+
+    async def _note_retry(self, run_id: uuid.UUID, error: ApplicationError) -> None:
+        attempt = activity.info().attempt
+        log.warning(
+            "emission failed (%s); Temporal retries it",
+            error.type,
+            extra={"activity_run_id": str(run_id), "attempt": attempt},
+        )
+        note = sanitize_error(f"retrying (attempt {attempt}): {error.message}")
+        # the database may be what is down: then there is nothing to note it in, and the
+        # note must not hold up the retry
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_NOTE_TIMEOUT_SECONDS):
+                await self._pool.execute(queries.NOTE_RETRY, run_id, note)
+
+    @activity.defn(name="publish_activity_run")
+    async def publish(self, params: PublishInput) -> SinkOutcome:
+        run_id = uuid.UUID(params.activity_run_id)
+        try:
+            totals = await publish_pending(self._pool, self._sink, activity_run_id=run_id)
+        except Exception as exc:
+            if isinstance(exc, SinkUnavailable):
+                log.warning(
+                    "IssueSink write failed (%s); Temporal retries it",
+                    exc,
+                    extra={"activity_run_id": str(run_id), "attempt": activity.info().attempt},
+                )
+            _reraise(exc, _for_temporal(exc, "IssueSink write"))
+        return SinkOutcome(written=totals.written, failed=totals.failed)
+
+    @activity.defn(name="give_up_sink_writes")
+    async def give_up_sink_writes(self, params: SinkGiveUpInput) -> SinkOutcome:
+        try:
+            totals = await give_up(
+                self._pool, activity_run_id=uuid.UUID(params.activity_run_id), reason=params.reason
             )
-            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
-        emitted = report.emitted_count
-        await self._pool.execute(queries.MARK_EMITTED, run_id, emitted)
-        return EmitOutcome(emitted_count=emitted)
+        except Exception as exc:
+            _reraise(exc, _for_temporal(exc, "recording the IssueSink failure"))
+        log.warning(
+            "IssueSink writes failed for good: %s",
+            params.reason[:500],
+            extra={"activity_run_id": params.activity_run_id, "failed": totals.failed},
+        )
+        return SinkOutcome(written=totals.written, failed=totals.failed)
 
     @activity.defn(name="mark_activity_run_failed")
     async def mark_activity_run_failed(self, params: MarkFailedInput) -> None:
-        await self._pool.execute(queries.MARK_FAILED, uuid.UUID(params.activity_run_id))
-        log.warning(
-            "activity run failed: %s",
-            params.reason[:500],
-            extra={"run_id": params.activity_run_id},
-        )
+        reason = sanitize_error(params.reason)
+        try:
+            await self._pool.execute(queries.MARK_FAILED, uuid.UUID(params.activity_run_id), reason)
+        except Exception as exc:
+            _reraise(exc, _for_temporal(exc, "recording the failure"))
+        log.warning("activity run failed: %s", reason, extra={"run_id": params.activity_run_id})
 
     def all(self) -> list[Any]:
         """The activity callables a worker registers."""
-        return [self.record_activity_run, self.emit, self.mark_activity_run_failed]
+        return [
+            self.fire_policy,
+            self.record_activity_run,
+            self.emit,
+            self.publish,
+            self.give_up_sink_writes,
+            self.mark_activity_run_failed,
+        ]
 
 
 def _as_dict(value: Any) -> dict[str, Any]:

@@ -13,3 +13,7 @@ class AutomationNotFound(Exception):
 
 class AutomationPaused(Exception):
     """The definition is paused (or removed from the definition files): it does not fire."""
+
+
+class FireNotFound(Exception):
+    """The automation has no fire with this run id (or UUID)."""

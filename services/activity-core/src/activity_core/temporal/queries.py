@@ -23,12 +23,14 @@ WHERE id = $1
 # crash) answers the row the first attempt wrote. DO UPDATE with a no-op assignment, rather
 # than DO NOTHING, so RETURNING yields the existing row's id in the same statement even when
 # the conflicting row was committed after this statement's snapshot was taken.
+# $1 id, $2 definition, $3 workflow id, $4 run id, $5 trigger key, $6 triggering event,
+# $7 scheduled for, $8 context, $9 started at, $10 the run id of the fire it retries
 RECORD_ACTIVITY_RUN = """
 INSERT INTO activity_runs (
     id, activity_definition_id, workflow_id, run_id, trigger_key,
-    triggering_event_id, scheduled_for, context, started_at
+    triggering_event_id, scheduled_for, context, started_at, retry_of
 )
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (run_id) DO UPDATE SET run_id = activity_runs.run_id
 RETURNING id, triggering_event_id
 """
@@ -42,15 +44,29 @@ JOIN activity_definitions d ON d.id = r.activity_definition_id
 WHERE r.id = $1
 """
 
-MARK_EMITTED = """
-UPDATE activity_runs
-SET status = 'emitted', emitted_count = $2, finished_at = now()
-WHERE id = $1
-"""
+# (A fire is marked emitted by emission, in the transaction that writes its ops runs.)
 
 # A run that already emitted stays emitted: a late failure report must not rewrite it.
+# $1 activity run, $2 why
 MARK_FAILED = """
 UPDATE activity_runs
-SET status = 'failed', finished_at = now()
+SET status = 'failed', finished_at = now(), error = $2
 WHERE id = $1 AND status <> 'emitted'
+"""
+
+# What a fire that is still retrying its emission last met. $1 activity run, $2 the note
+NOTE_RETRY = """
+UPDATE activity_runs
+SET error = $2
+WHERE id = $1 AND status = 'started'
+"""
+
+# A fire to retry, by its run id (the Temporal run id) or its own UUID, within one
+# automation. $1 definition id, $2 run id text, $3 uuid or NULL
+FIRE_TO_RETRY = """
+SELECT run_id, trigger_key, triggering_event_id, scheduled_for, context, status
+FROM activity_runs
+WHERE activity_definition_id = $1 AND (run_id = $2 OR id = $3::uuid)
+ORDER BY (run_id = $2) DESC
+LIMIT 1
 """

@@ -15,15 +15,24 @@
 Overlap policy: ALLOW_ALL. Every fire is its own unit of work with its own idempotency key
 (`scheduled:{fire time}`), so two fires running at once cannot emit the same ops_run twice,
 and one fire must never cost another: SKIP drops a fire while the previous one is still
-retrying a down IssueSink (exactly the "later days left the queue empty" failure the
-per-fire key fixes), and BUFFER_ONE drops every fire after the first buffered one and makes
-each fire wait for its predecessor's retries. Concurrency is bounded anyway: each run's
-emission retries are bounded, and the action carries an execution timeout.
+waiting for a database or a worker (exactly the "later days left the queue empty" failure
+the per-fire key fixes), and BUFFER_ONE drops every fire after the first buffered one and
+makes each fire wait for its predecessor.
 
-Catch-up window: 6 hours. If the Temporal server itself was down at a fire time, a fire
-missed by less than that still runs when it is back, with its own scheduled time (hence its
-own ops_run); older misses are skipped rather than flooding the queue with stale work, and
-an operator can backfill them deliberately (`ScheduleHandle.backfill`).
+No execution timeout on the action: a fire started while no worker polls (the worker is
+being deployed, or down for hours) waits in Temporal and runs when a worker is back; a
+timeout would end it as nothing. Each fire's steps are bounded and retried on their own
+(workflow.py).
+
+Catch-up window: ACTIVITY_CORE_SCHEDULE_CATCHUP_SECONDS, 24 hours by default. When the
+Temporal server itself was away at a fire time (in development the worker starts and stops
+the dev server, so a worker away is a server away), a fire missed by less than the window
+runs when the server is back, with its own scheduled time (hence its own ops runs). 24 h
+covers a server down overnight or for a working day, so a daily automation's fire is never
+lost to an ordinary outage; fires missed by more are skipped (Temporal counts them in the
+schedule's `missed_catchup_window`) rather than flooding the queue with stale work, and an
+operator can backfill them deliberately (`temporal schedule backfill`). Changing the
+setting changes every schedule at the next sync.
 """
 
 from __future__ import annotations
@@ -56,12 +65,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from ..definitions.model import ActivityDefinitionSpec
 from ..settings import ActivityCoreSettings
 from .client import temporal_client
-from .payloads import EXECUTION_TIMEOUT, SCHEDULED_TRIGGER, WORKFLOW_NAME, RunActivityInput
+from .payloads import SCHEDULED_TRIGGER, WORKFLOW_NAME, RunActivityInput
 
 log = logging.getLogger("activity_core.temporal")
 
 OVERLAP_POLICY = ScheduleOverlapPolicy.ALLOW_ALL
-CATCHUP_WINDOW = timedelta(hours=6)
 # the action's memo carries what we applied, so a re-sync can tell whether anything changed
 # (Temporal answers a cron spec back as compiled calendars, not as the expression)
 MEMO_KEY = "activity_core_schedule"
@@ -82,6 +90,7 @@ class DesiredSchedule:
     timezone: str
     task_queue: str
     paused: bool
+    catchup_window: timedelta
 
     @property
     def schedule_id(self) -> str:
@@ -97,8 +106,9 @@ class DesiredSchedule:
             "workflow": WORKFLOW_NAME,
             "trigger_key": SCHEDULED_TRIGGER,
             "overlap": OVERLAP_POLICY.name,
-            "catchup_seconds": int(CATCHUP_WINDOW.total_seconds()),
-            "execution_timeout_seconds": int(EXECUTION_TIMEOUT.total_seconds()),
+            "catchup_seconds": int(self.catchup_window.total_seconds()),
+            # none: a fire waits for its worker (older builds set one hour)
+            "execution_timeout": None,
         }
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return {**fields, "digest": hashlib.sha256(canonical.encode()).hexdigest()}
@@ -110,11 +120,10 @@ class DesiredSchedule:
                 RunActivityInput(activity_slug=self.slug, trigger_key=SCHEDULED_TRIGGER),
                 id=self.schedule_id,
                 task_queue=self.task_queue,
-                execution_timeout=EXECUTION_TIMEOUT,
                 memo={MEMO_KEY: self.applied},
             ),
             spec=ScheduleSpec(cron_expressions=[self.cron], time_zone_name=self.timezone),
-            policy=SchedulePolicy(overlap=OVERLAP_POLICY, catchup_window=CATCHUP_WINDOW),
+            policy=SchedulePolicy(overlap=OVERLAP_POLICY, catchup_window=self.catchup_window),
             state=state or ScheduleState(paused=self.paused, note=self.note),
         )
 
@@ -132,7 +141,9 @@ class ApplyReport:
     unchanged: list[str]
 
 
-def desired_schedule(spec: ActivityDefinitionSpec, *, task_queue: str) -> DesiredSchedule | None:
+def desired_schedule(
+    spec: ActivityDefinitionSpec, *, task_queue: str, catchup_window: timedelta
+) -> DesiredSchedule | None:
     """The schedule a definition asks for, or None when it is fired manually only."""
     if spec.schedule is None:
         return None
@@ -142,15 +153,17 @@ def desired_schedule(spec: ActivityDefinitionSpec, *, task_queue: str) -> Desire
         timezone=spec.schedule.timezone,
         task_queue=task_queue,
         paused=spec.paused,
+        catchup_window=catchup_window,
     )
 
 
 class TemporalScheduleApplier:
     """Implements the definitions' `ScheduleApplier` protocol against a Temporal client."""
 
-    def __init__(self, client: Client, *, task_queue: str) -> None:
+    def __init__(self, client: Client, *, task_queue: str, catchup_window: timedelta) -> None:
         self._client = client
         self._task_queue = task_queue
+        self._catchup_window = catchup_window
         self.last_report: ApplyReport | None = None
 
     def handle(self, slug: str) -> ScheduleHandle:
@@ -161,7 +174,9 @@ class TemporalScheduleApplier:
     ) -> None:
         report = ApplyReport([], [], [], [], [])
         for spec in specs:
-            desired = desired_schedule(spec, task_queue=self._task_queue)
+            desired = desired_schedule(
+                spec, task_queue=self._task_queue, catchup_window=self._catchup_window
+            )
             if desired is None:
                 await self._pause_if_present(spec.id, NOTE_UNSCHEDULED, report)
             else:
@@ -249,4 +264,13 @@ async def open_schedule_applier(
     Raises TemporalUnavailable (one line) when Temporal cannot be reached.
     """
     async with temporal_client(settings) as client:
-        yield TemporalScheduleApplier(client, task_queue=settings.temporal_task_queue)
+        yield TemporalScheduleApplier(
+            client,
+            task_queue=settings.temporal_task_queue,
+            catchup_window=catchup_window_of(settings),
+        )
+
+
+def catchup_window_of(settings: ActivityCoreSettings) -> timedelta:
+    """ACTIVITY_CORE_SCHEDULE_CATCHUP_SECONDS as the schedules' catch-up window."""
+    return timedelta(seconds=settings.schedule_catchup_seconds)

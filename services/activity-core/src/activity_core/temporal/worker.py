@@ -24,6 +24,7 @@ from ..settings import ActivityCoreSettings, SettingsError
 from .activities import ActivityCoreActivities
 from .client import temporal_client
 from .errors import TemporalUnavailable
+from .payloads import FirePolicy
 from .workflow import RunActivityWorkflow
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
@@ -39,6 +40,15 @@ def build_worker(client: Client, *, task_queue: str, activities: ActivityCoreAct
     )
 
 
+def fire_policy(settings: ActivityCoreSettings) -> FirePolicy:
+    """The retry timing of the fires this worker runs (workflow.py says why)."""
+    return FirePolicy(
+        db_retry_max_seconds=settings.fire_retry_max_seconds,
+        sink_retry_max_seconds=settings.sink_retry_max_seconds,
+        sink_retry_window_seconds=settings.sink_retry_window_seconds,
+    )
+
+
 def build_activities(
     settings: ActivityCoreSettings, pool: asyncpg.Pool, sink: IssueSink
 ) -> ActivityCoreActivities:
@@ -47,6 +57,7 @@ def build_activities(
         sink,
         queue_enabled=settings.queue_enabled,
         require_profile=settings.require_harness_profile,
+        fire_policy=fire_policy(settings),
     )
 
 

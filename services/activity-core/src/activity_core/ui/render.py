@@ -14,6 +14,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 _STATE_CLASSES = frozenset(
     {"open", "claimed", "succeeded", "failed", "expired", "started", "emitted"}
     | {"queued", "running", "stalled"}
+    | {"pending", "written"}
 )
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,9 @@ async def test_the_worker_command_runs_workflows_and_stops_on_sigterm(
     slug = f"cli-{uuid.uuid4().hex[:8]}"
     pool = await create_pool(db_dsn, min_size=1, max_size=2)
     try:
-        applier = TemporalScheduleApplier(temporal_client, task_queue=task_queue)
+        applier = TemporalScheduleApplier(
+            temporal_client, task_queue=task_queue, catchup_window=timedelta(days=1)
+        )
         await sync_definitions(pool, [definition(slug, cron=None)], applier)
     finally:
         await pool.close()

@@ -4,6 +4,8 @@ deleted), unpaused when it is back."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from temporalio.client import (
     ScheduleActionStartWorkflow,
@@ -17,7 +19,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ac_temporal_kit import TemporalHarness, definition
 from activity_core.temporal.schedules import (
-    CATCHUP_WINDOW,
     NOTE_PAUSED,
     NOTE_REMOVED,
     NOTE_UNSCHEDULED,
@@ -49,13 +50,24 @@ async def test_sync_creates_updates_and_pauses_schedules(temporal: TemporalHarne
     assert action.task_queue == temporal.task_queue
     assert action.id == f"activity:{spec.id}"
     [arg] = default_converter().payload_converter.from_payloads(list(action.args))
-    assert arg == {"activity_slug": spec.id, "trigger_key": "scheduled", "request": None}
+    assert arg == {
+        "activity_slug": spec.id,
+        "trigger_key": "scheduled",
+        "request": None,
+        "retry_of": None,
+        "triggering_event_id": None,
+        "scheduled_for": None,
+    }
     assert described.schedule.spec.time_zone_name == "Europe/Berlin"
     assert calendar(described).hour == one(6)
     assert calendar(described).minute == one(0)
     assert calendar(described).day_of_week == (ScheduleRange(start=1, end=5, step=1),)
     assert described.schedule.policy.overlap == ScheduleOverlapPolicy.ALLOW_ALL
-    assert described.schedule.policy.catchup_window == CATCHUP_WINDOW
+    # the default catch-up window (a day), and no execution timeout that would end a fire
+    # waiting for its worker
+    assert described.schedule.policy.catchup_window == timedelta(days=1)
+    assert action.execution_timeout is None
+    assert action.run_timeout is None
     assert not described.schedule.state.paused
 
     # the same definitions again: nothing changes

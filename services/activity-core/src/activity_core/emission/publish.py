@@ -1,0 +1,112 @@
+"""`publish_pending`: the IssueSink writes a fire owes, after its ops runs are committed.
+
+`emit_tasks` leaves each write the sink is owed as an audit row with ``sink_status``
+``pending`` and the task as emitted (``sink_payload``). This unit of work sends them, oldest
+first, each with the ops run's idempotency key as the ``Idempotency-Key`` header, and
+records each outcome in a statement of its own:
+
+- accepted: ``written``, with the sink's reference; the payload is dropped;
+- refused (a conclusive 4xx): ``failed`` with the refusal; sending it again would be
+  refused again, so the other writes go on;
+- the sink is down: the write stays pending with what the try met, the remaining writes
+  are left for the next try (the sink is down for them too), and SinkUnavailable asks the
+  caller to try again later.
+
+The writes of a fire are those of every key its audit rows name, so a replayed or retried
+fire (whose items are ``duplicate``) sends again what its original left pending or failed.
+Two fires sending the same key at once (a retry while the original still retries) may both
+send it: the sink is idempotent on the key, so it records the task once.
+
+`give_up` is the end of the retry window: what is still pending becomes ``failed``, with
+the last reason a try recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from ops_evidence import sanitize_error
+
+from . import queries
+from .errors import EmissionError, EmissionUnavailable, IssueSinkError
+from .sink import IssueSink, SinkTask
+
+__all__ = ["SinkTotals", "SinkUnavailable", "give_up", "publish_pending", "sink_totals"]
+
+log = logging.getLogger("activity_core.emission")
+
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+class SinkUnavailable(EmissionError):
+    """The IssueSink is down: writes are left pending; try again later."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkTotals:
+    """A fire's sink writes after its sink step: accepted, and failed for good."""
+
+    written: int
+    failed: int
+
+
+async def publish_pending(
+    pool: asyncpg.Pool, sink: IssueSink, *, activity_run_id: uuid.UUID
+) -> SinkTotals:
+    """Send the fire's pending and failed sink writes (see the module docstring).
+
+    Raises SinkUnavailable (some writes still pending) or EmissionUnavailable (the
+    database is down; what was recorded before stays recorded).
+    """
+    try:
+        rows = await pool.fetch(queries.SINK_WRITES_OF_FIRE, activity_run_id)
+        for row in rows:
+            task = SinkTask.from_payload(row["sink_payload"])
+            try:
+                ref = await sink.publish(task)
+            except IssueSinkError as exc:
+                reason = sanitize_error(str(exc))
+                if exc.conclusive:
+                    await pool.execute(queries.SINK_REFUSED, row["id"], reason)
+                    log.warning(
+                        "sink refused a task: %s",
+                        reason,
+                        extra={"key": row["idempotency_key"]},
+                    )
+                    continue
+                await pool.execute(queries.SINK_NOT_YET, row["id"], reason)
+                raise SinkUnavailable(reason) from exc
+            await pool.execute(queries.SINK_WRITTEN, row["id"], ref)
+        return await sink_totals(pool, activity_run_id=activity_run_id)
+    except _UNAVAILABLE as exc:
+        raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+
+
+async def give_up(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID, reason: str) -> SinkTotals:
+    """The retry window is over: the fire's pending writes fail, with the last reason a
+    try recorded (else ``reason``). Raises EmissionUnavailable."""
+    try:
+        await pool.execute(queries.SINK_GIVE_UP, activity_run_id, sanitize_error(reason))
+        return await sink_totals(pool, activity_run_id=activity_run_id)
+    except _UNAVAILABLE as exc:
+        raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+
+
+async def sink_totals(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID) -> SinkTotals:
+    row = await pool.fetchrow(queries.SINK_TOTALS, activity_run_id)
+    assert row is not None  # an aggregate always yields one row
+    return SinkTotals(written=int(row["written"]), failed=int(row["failed"]))
