@@ -1,12 +1,18 @@
-"""Who is calling: a worker bound to one identity, an operator, or nobody.
+"""Who is calling: a worker bound to one identity, a named operator or viewer, or nobody.
 
 - Worker: a token (X-Worker-Token or Authorization: Bearer) bound to exactly one worker id:
   ACTIVITY_CORE_WORKER_TOKEN + ACTIVITY_CORE_WORKER_ID, and/or a credentials file mapping
   worker ids to sha256 token digests so one deployment serves a fleet.
-- Operator: ACTIVITY_CORE_OPERATOR_TOKEN (Authorization: Bearer, X-Operator-Token, or the
-  UI session cookie). Operator credentials never act as a worker identity.
+- Operator plane: named principals, each with a role. ACTIVITY_CORE_OPERATOR_TOKEN is the
+  operator named `operator` (role operator); an operators file
+  (ACTIVITY_CORE_OPERATORS_FILE, `{"operators": {"<name>": {"token": "sha256:<hex>",
+  "role": "operator"|"viewer"}}}`) adds more. An `operator` reads and acts; a `viewer`
+  reads everything and acts on nothing (403 forbidden). Presented as Authorization:
+  Bearer, X-Operator-Token, or the UI session cookie (which stands for the token named
+  `operator`). Operator-plane credentials never act as a worker identity.
 - No implicit open mode: a kind of credential that is not configured refuses every request,
-  unless ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 (local development).
+  unless ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 (local development; the open operator
+  plane's caller is then the operator named `anonymous`).
 
 Tokens are compared as sha256 digests with hmac.compare_digest against every known digest,
 so neither the match position nor a prefix leaks through timing.
@@ -21,16 +27,29 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops_contracts import RefusalCode
+from ops_contracts import OperatorRole, RefusalCode
 
 from ..queue.errors import QueueRefusal
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _WORKER_ID = re.compile(r"^[A-Za-z0-9._@:/+-]{1,200}$")
+# An operator's name: what the audit trail and a cancelled run's `cancelled_by` show.
+_OPERATOR_NAME = re.compile(r"^[A-Za-z0-9._@:/+-]{1,100}$")
+
+# ACTIVITY_CORE_OPERATOR_TOKEN's operator, and the caller of an open operator plane.
+TOKEN_OPERATOR_NAME = "operator"
+ANONYMOUS_OPERATOR_NAME = "anonymous"
 
 
 class CredentialsFileError(Exception):
-    """The worker credentials file is unreadable or malformed (message says where)."""
+    """A credentials file (workers or operators) is unreadable or malformed (message says
+    where)."""
+
+
+@dataclass(frozen=True)
+class OperatorCredential:
+    digest: str
+    role: OperatorRole
 
 
 def token_digest(token: str) -> str:
@@ -39,29 +58,75 @@ def token_digest(token: str) -> str:
 
 def load_worker_credentials(path: Path) -> dict[str, str]:
     """Read `{"workers": {"<worker id>": "sha256:<hex>", ...}}` into id -> digest."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CredentialsFileError(f"{path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise CredentialsFileError(f"{path}: not valid JSON ({exc})") from None
+    data = _read_json(path)
     workers = data.get("workers") if isinstance(data, dict) else None
     if not isinstance(workers, dict) or not workers:
         raise CredentialsFileError(f'{path}: expected {{"workers": {{"<id>": "sha256:<hex>"}}}}')
     out: dict[str, str] = {}
     for worker_id, digest in workers.items():
-        if not _WORKER_ID.match(worker_id):
+        if not _WORKER_ID.fullmatch(worker_id):
             raise CredentialsFileError(f"{path}: workers.{worker_id}: not a valid worker id")
-        if not isinstance(digest, str) or not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
             raise CredentialsFileError(f"{path}: workers.{worker_id}: expected sha256:<64 hex>")
         out[worker_id] = digest
     return out
+
+
+def load_operator_credentials(path: Path) -> dict[str, OperatorCredential]:
+    """Read `{"operators": {"<name>": {"token": "sha256:<hex>", "role": "operator"|"viewer"}}}`
+    into name -> credential. A token may name one operator only."""
+    data = _read_json(path)
+    operators = data.get("operators") if isinstance(data, dict) else None
+    if not isinstance(operators, dict) or not operators:
+        raise CredentialsFileError(
+            f'{path}: expected {{"operators": {{"<name>": {{"token": "sha256:<hex>", '
+            '"role": "operator"|"viewer"}}}}'
+        )
+    out: dict[str, OperatorCredential] = {}
+    for name, entry in operators.items():
+        if not _OPERATOR_NAME.fullmatch(name):
+            raise CredentialsFileError(
+                f"{path}: operators.{name}: not a valid operator name "
+                "(1-100 letters, digits and . _ @ : / + -)"
+            )
+        if name == ANONYMOUS_OPERATOR_NAME:
+            raise CredentialsFileError(f"{path}: operators.{name}: the name is reserved")
+        if not isinstance(entry, dict) or set(entry) - {"token", "role"}:
+            raise CredentialsFileError(
+                f'{path}: operators.{name}: expected {{"token": "sha256:<hex>", "role": …}}'
+            )
+        digest = entry.get("token")
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+            raise CredentialsFileError(f"{path}: operators.{name}.token: expected sha256:<64 hex>")
+        role = entry.get("role")
+        if role not in {r.value for r in OperatorRole}:
+            raise CredentialsFileError(
+                f"{path}: operators.{name}.role: expected operator or viewer"
+            )
+        if any(hmac.compare_digest(digest, known.digest) for known in out.values()):
+            raise CredentialsFileError(
+                f"{path}: operators.{name}.token: another operator has the same token"
+            )
+        out[name] = OperatorCredential(digest, OperatorRole(role))
+    return out
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CredentialsFileError(f"{path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise CredentialsFileError(f"{path}: not valid JSON ({exc})") from None
 
 
 @dataclass(frozen=True)
 class Principal:
     kind: str  # "worker" | "operator" | "anonymous"
     worker_id: str | None = None
+    # operator-plane principals: the operator's name and role
+    name: str | None = None
+    role: OperatorRole | None = None
 
 
 class Authenticator:
@@ -71,8 +136,18 @@ class Authenticator:
         operator_token: str | None,
         workers: dict[str, str],
         allow_unauth: bool,
+        operators: dict[str, OperatorCredential] | None = None,
     ) -> None:
-        self._operator_digest = token_digest(operator_token) if operator_token else None
+        self._operators = dict(operators or {})
+        if operator_token:
+            if TOKEN_OPERATOR_NAME in self._operators:
+                raise CredentialsFileError(
+                    f"operators.{TOKEN_OPERATOR_NAME}: the name belongs to "
+                    "ACTIVITY_CORE_OPERATOR_TOKEN; name this operator differently"
+                )
+            self._operators[TOKEN_OPERATOR_NAME] = OperatorCredential(
+                token_digest(operator_token), OperatorRole.operator
+            )
         self._workers = dict(workers)
         self._allow_unauth = allow_unauth
 
@@ -82,7 +157,11 @@ class Authenticator:
 
     @property
     def operator_auth_configured(self) -> bool:
-        return self._operator_digest is not None
+        return bool(self._operators)
+
+    @property
+    def operator_names(self) -> dict[str, OperatorRole]:
+        return {name: credential.role for name, credential in self._operators.items()}
 
     def startup_warnings(self) -> list[str]:
         notes = []
@@ -95,12 +174,12 @@ class Authenticator:
                 "ACTIVITY_CORE_WORKER_CREDENTIALS_FILE, "
                 "or ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1"
             )
-        if self._operator_digest is None:
+        if not self._operators:
             notes.append(
                 "operator endpoints are open (ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1)"
                 if self._allow_unauth
-                else "no ACTIVITY_CORE_OPERATOR_TOKEN: list/get/expire-leases and the ops UI "
-                "are refused"
+                else "no ACTIVITY_CORE_OPERATOR_TOKEN or ACTIVITY_CORE_OPERATORS_FILE: the "
+                "operator endpoints and the ops UI are refused"
             )
         return notes
 
@@ -108,17 +187,20 @@ class Authenticator:
         if not token:
             return Principal("anonymous")
         presented = token_digest(token)
+        # Every digest is compared (no early exit), so timing says nothing of which matched.
         matched_worker: str | None = None
         for worker_id, digest in self._workers.items():
             if hmac.compare_digest(presented, digest):
                 matched_worker = worker_id
-        operator = self._operator_digest is not None and hmac.compare_digest(
-            presented, self._operator_digest
-        )
+        matched_operator: str | None = None
+        for name, credential in self._operators.items():
+            if hmac.compare_digest(presented, credential.digest):
+                matched_operator = name
         if matched_worker is not None:
             return Principal("worker", matched_worker)
-        if operator:
-            return Principal("operator")
+        if matched_operator is not None:
+            role = self._operators[matched_operator].role
+            return Principal("operator", name=matched_operator, role=role)
         raise QueueRefusal(RefusalCode.unauthenticated, "the presented credential is not valid")
 
     def authenticate_worker(self, token: str | None) -> str | None:
@@ -156,19 +238,35 @@ class Authenticator:
             )
         return body_worker_id
 
-    def require_operator(self, token: str | None) -> None:
-        if self._operator_digest is None:
+    def require_viewer(self, token: str | None) -> Principal:
+        """The operator-plane principal (an operator or a viewer) that may read; 401/403
+        for anyone else."""
+        if not self._operators:
             if self._allow_unauth:
-                return
+                return Principal(
+                    "operator", name=ANONYMOUS_OPERATOR_NAME, role=OperatorRole.operator
+                )
             raise QueueRefusal(
                 RefusalCode.unauthenticated,
-                "operator endpoints are disabled: ACTIVITY_CORE_OPERATOR_TOKEN is not set",
+                "operator endpoints are disabled: neither ACTIVITY_CORE_OPERATOR_TOKEN nor "
+                "ACTIVITY_CORE_OPERATORS_FILE is set",
             )
         principal = self.identify(token)
         if principal.kind == "anonymous":
             raise QueueRefusal(RefusalCode.unauthenticated, "an operator token is required")
         if principal.kind != "operator":
             raise QueueRefusal(RefusalCode.forbidden, "worker credentials cannot act as operator")
+        return principal
+
+    def require_operator(self, token: str | None) -> Principal:
+        """The operator (role `operator`) that may act; a viewer is refused 403 forbidden."""
+        principal = self.require_viewer(token)
+        if principal.role is not OperatorRole.operator:
+            raise QueueRefusal(
+                RefusalCode.forbidden,
+                f"{principal.name} is a viewer: viewers read, only operators act",
+            )
+        return principal
 
 
 def bearer_token(authorization: str | None) -> str | None:
