@@ -22,6 +22,7 @@ WORKER_IDS = (
     "e2e-restart-1",
     "e2e-restart-2",
     "e2e-stale",
+    "e2e-cancel",
 )
 
 # target_repo of each scenario's definition (one repository each)
@@ -33,6 +34,7 @@ REPOSITORIES = (
     "e2e/reopen",
     "e2e/restart",
     "e2e/stale",
+    "e2e/cancel",
 )
 
 GRANT_BRIEFS = (
@@ -135,6 +137,12 @@ def write_profiles(path: Path) -> Path:
         + command("harness.e2e-restart", ["/bin/sh", "-c", restart], 120)
         + command("harness.e2e-stale", ["/bin/sh", "-c", stale], 120)
         + command("harness.e2e-timeout", ["sleep", "30"], 0.3)
+        # sleeps a minute, then would commit: an operator cancels it long before
+        + command(
+            "harness.e2e-cancel",
+            ["/bin/sh", "-c", commit_script(slow_attempt=None, seconds=60)],
+            120,
+        )
     )
     path.write_text(text, encoding="utf-8")
     return path
@@ -163,6 +171,9 @@ SESSION_DEFINITIONS = {
     ),
     "e2e-stale": definition(
         "e2e-stale", repo="e2e/stale", profile="harness.e2e-stale@1.0.0", grant=GRANT_DOCS
+    ),
+    "e2e-cancel": definition(
+        "e2e-cancel", repo="e2e/cancel", profile="harness.e2e-cancel@1.0.0", grant=GRANT_DOCS
     ),
 }
 

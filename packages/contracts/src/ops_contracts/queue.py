@@ -223,6 +223,21 @@ class OpsRun(BaseModel):
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    # The operator plane (additive; older readers ignore them, older queues omit them).
+    requeued_from: UUID | None = Field(
+        default=None,
+        description="the failed or expired run this one was requeued from; absent otherwise",
+    )
+    requeued_as: list[UUID] = Field(
+        default_factory=list,
+        description="the runs requeued from this one, oldest first (computed, never stored "
+        "on this row); empty for every run that is not failed or expired",
+    )
+    cancelled_by: str | None = Field(
+        default=None,
+        description="the operator who cancelled the run (its state is then failed); absent "
+        "otherwise",
+    )
 
 
 class CloseResponse(OpsRun):

@@ -138,7 +138,11 @@ def _worker_count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="activity-core")
+    parser = argparse.ArgumentParser(
+        prog="activity-core",
+        epilog="operator commands (over the HTTP API): activity-core runs --help, "
+        "activity-core automations --help",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="apply pending schema migrations (idempotent, replica-safe)")
     serve = sub.add_parser("serve", help="the HTTP API and ops UI")
@@ -175,7 +179,21 @@ COMMANDS["sync-definitions"] = cmd_sync_definitions
 COMMANDS["retry-fire"] = cmd_retry_fire
 
 
+# Operator commands speak to a running activity-core over its HTTP API (URL and operator
+# token from the environment): they need none of the service's own settings.
+OPERATOR_COMMANDS = ("runs", "automations")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "runs":
+        from .operator.cli import main as runs_main
+
+        return runs_main(argv[1:])
+    if argv and argv[0] == "automations":
+        from .cli_automations import main as automations_main
+
+        return automations_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = load_settings()

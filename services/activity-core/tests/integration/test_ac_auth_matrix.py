@@ -652,8 +652,15 @@ async def test_operator_endpoints_check_credentials_before_path_query_and_body(
         "/ops/automations/fi-daily-brief/runs?limit=0&cursor=",
         f"/ops/automations/{'x' * 200}/runs",
         f"/ops/automations/fi-daily-brief/runs/{'y' * 300}",
+        f"/ops/automations/{'x' * 200}",
     ]
-    posts = ["/ops-runs/expire-leases", "/ops/automations/fi-daily-brief/fire"]
+    posts = [
+        "/ops-runs/expire-leases",
+        "/ops/automations/fi-daily-brief/fire",
+        "/ops/automations/fi-daily-brief/pause",
+        "/ops/automations/fi-daily-brief/resume",
+        "/ops/automations/not%20a%20slug!/pause",
+    ]
     for who, headers, status, code in BAD_OPERATOR_CREDENTIALS:
         for path in gets:
             response = await small_bodies.http.get(path, headers=headers)
@@ -673,7 +680,7 @@ async def test_operator_endpoints_check_credentials_before_path_query_and_body(
                 assert response.json()["code"] == code, f"{path} {case} {who}"
     # with the operator's credential the same requests are refused for what they say
     operator = operator_header("bearer", OPERATOR_TOKEN)
-    for path in gets[:6]:
+    for path in [*gets[:6], gets[-1]]:
         assert (await small_bodies.http.get(path, headers=operator)).status_code == 422, path
     assert await snapshot(db) == before
 
@@ -699,9 +706,11 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
 
     from ac_testkit import settings_env
     from activity_core.http import (
+        routes_automation_pause,
         routes_automations,
         routes_fire,
         routes_health,
+        routes_operator,
         routes_queue,
         routes_ui,
     )
@@ -710,8 +719,17 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     from activity_core.settings import load_settings
 
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
-    modules = (routes_queue, routes_automations, routes_fire, routes_ui, routes_health)
-    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+    routers = (
+        routes_queue.router,
+        routes_operator.runs_router,
+        routes_operator.router,
+        routes_automations.router,
+        routes_fire.router,
+        routes_automation_pause.router,
+        routes_ui.router,
+        routes_health.router,
+    )
+    routes = [r for router in routers for r in router.routes if isinstance(r, APIRoute)]
     worker = {
         ("POST", "/ops-runs/claim"),
         ("POST", "/ops-runs/{run_id}/heartbeat"),
@@ -725,8 +743,13 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
             declared.add((method, route.path))
             if (method, route.path) in worker:
                 assert kind is Credential.worker, route.path
-            elif route.path.startswith(("/ops-runs", "/ops/automations")):
-                assert kind is Credential.operator, (method, route.path)
+            elif route.path.startswith(("/ops-runs", "/ops/")) and not route.path.startswith(
+                "/ops/ui"
+            ):
+                # the operator plane: every read takes an operator or a viewer, every
+                # action (a POST) an operator
+                expected = Credential.operator if method == "POST" else Credential.viewer
+                assert kind is expected, (method, route.path)
             else:
                 assert route.path.startswith(("/ops/ui", "/healthz", "/readyz", "/metrics"))
                 assert kind is None, (method, route.path)
@@ -746,12 +769,23 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         ("POST", f"/ops-runs/{run}/heartbeat", Credential.worker),
         ("POST", f"/ops-runs/{run}/complete", Credential.worker),
         ("POST", "/ops-runs/not-a-uuid/fail", Credential.worker),
-        ("GET", "/ops-runs", Credential.operator),
-        ("GET", f"/ops-runs/{run}", Credential.operator),
-        ("GET", "/ops-runs/claim", Credential.operator),  # get_run, as the router picks
+        ("GET", "/ops-runs", Credential.viewer),
+        ("GET", f"/ops-runs/{run}", Credential.viewer),
+        ("GET", "/ops-runs/claim", Credential.viewer),  # get_run, as the router picks
         ("POST", "/ops-runs/expire-leases", Credential.operator),
+        ("POST", "/ops-runs/requeue", Credential.operator),
+        ("POST", f"/ops-runs/{run}/requeue", Credential.operator),
+        ("POST", f"/ops-runs/{run}/cancel", Credential.operator),
+        ("GET", f"/ops-runs/{run}/explain", Credential.viewer),
+        ("GET", "/ops/runs/summary", Credential.viewer),
+        ("GET", "/ops/runs/dead-letter", Credential.viewer),
+        ("GET", "/ops/workers", Credential.viewer),
+        ("GET", "/ops/audit", Credential.viewer),
         ("POST", "/ops/automations/fi-daily-brief/fire", Credential.operator),
-        ("GET", "/ops/automations/fi-daily-brief/runs/r-1", Credential.operator),
+        ("POST", "/ops/automations/fi-daily-brief/pause", Credential.operator),
+        ("POST", "/ops/automations/fi-daily-brief/resume", Credential.operator),
+        ("GET", "/ops/automations/fi-daily-brief", Credential.viewer),
+        ("GET", "/ops/automations/fi-daily-brief/runs/r-1", Credential.viewer),
         ("GET", "/ops/ui/", None),
         ("POST", "/ops/ui/login", None),
         ("GET", "/healthz", None),

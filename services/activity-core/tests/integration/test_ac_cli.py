@@ -259,3 +259,17 @@ async def test_output_survives_the_exit_without_teardown_into_a_pipe(db_dsn: str
 def test_the_installed_script_is_console_main() -> None:
     scripts = importlib.metadata.entry_points(group="console_scripts", name="activity-core")
     assert [script.value for script in scripts] == ["activity_core.cli:console_main"]
+
+
+@pytest.mark.parametrize("group", ["runs", "automations"])
+def test_operator_commands_need_no_service_settings_only_a_token(
+    group: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A database URL the service would refuse: the operator commands never read it.
+    monkeypatch.setenv("ACTIVITY_CORE_DATABASE_URL", "not a url")
+    monkeypatch.delenv("ACTIVITY_CORE_OPERATOR_TOKEN", raising=False)
+    monkeypatch.delenv("ACTIVITY_CORE_OPERATOR_TOKEN_FILE", raising=False)
+    assert cli.main([group, "list"]) == 2
+    err = capsys.readouterr().err
+    assert f"activity-core {group}: no operator token" in err
+    assert "ACTIVITY_CORE_DATABASE_URL" not in err

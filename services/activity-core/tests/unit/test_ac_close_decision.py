@@ -26,6 +26,7 @@ def row(**overrides: Any) -> dict[str, Any]:
         "claim_owner": ME,
         "lease_active": True,
         "close_intent_digest": None,
+        "cancelled_by": None,
         "repository_grant": None,
         "attempt": 1,
     }

@@ -8,10 +8,19 @@ from __future__ import annotations
 SYNC_LOCK = "SELECT pg_advisory_xact_lock($1, 0)"
 SYNC_LOCK_NAMESPACE = 0x61637364  # 'acsd'
 
+# Who may change a schedule's pause state: a sync holds this from before it reads the
+# definitions until its schedules are applied (a session lock, since the apply runs after
+# the commit); an operator's pause or resume takes it for its transaction
+# (temporal/pause.py). So a pause never lands between a sync's read of the database and its
+# apply, which would unpause the schedule of a definition the database says is paused.
+# $1 = SYNC_LOCK_NAMESPACE
+SCHEDULES_LOCK = "SELECT pg_advisory_lock($1, 1)"
+SCHEDULES_UNLOCK = "SELECT pg_advisory_unlock($1, 1)"
+
 # Every stored definition, locked: the sync decides create/update/unchanged/retire
 # against this snapshot, and nobody changes a row between the decision and the write.
 DEFINITIONS_FOR_SYNC = """
-SELECT id, slug, content_digest, paused, removed_at
+SELECT id, slug, content_digest, paused, removed_at, paused_by
 FROM activity_definitions
 ORDER BY slug
 FOR UPDATE
@@ -25,14 +34,15 @@ INSERT INTO activity_definitions (
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 """
 
-# A changed file, or a retired one that came back. $1 id, then as INSERT_DEFINITION.
+# A changed file, or a retired one that came back. An operator's pause (paused_by) outlives
+# the file: only the operator's resume lifts it. $1 id, then as INSERT_DEFINITION.
 UPDATE_DEFINITION = """
 UPDATE activity_definitions
 SET title = $3,
     definition = $4,
     schedule_cron = $5,
     schedule_timezone = $6,
-    paused = $7,
+    paused = ($7 OR paused_by IS NOT NULL),
     content_digest = $8,
     removed_at = NULL,
     updated_at = now()

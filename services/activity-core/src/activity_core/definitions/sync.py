@@ -11,6 +11,13 @@ Only after the commit are schedules applied, through the `ScheduleApplier` proto
 every current spec and every retired slug. The applier is idempotent and converges, so if
 it fails after the commit, re-running the sync finishes the job; the database never claims
 a definition that a failed validation refused.
+
+An operator's pause (`POST /ops/automations/{id}/pause`, temporal/pause.py) outlives every
+sync: the row stays `paused` while `paused_by` is set, and its spec goes to the applier as
+paused, so a changed cron is applied to a schedule that stays paused; only the operator's
+resume lifts it. The sync holds the schedules lock (queries.SCHEDULES_LOCK) from before it
+reads the definitions until the applier is done, and a pause or resume takes the same lock,
+so neither can land between the other's database write and its schedule change.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class SyncReport:
     paused: list[str] = field(default_factory=list)
     # every retired slug handed to the schedule applier, including earlier retirements
     removed: list[str] = field(default_factory=list)
+    # paused by an operator: handed to the applier as paused whatever the file says
+    held: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
@@ -93,9 +102,13 @@ async def store_definitions(
         if row is None:
             await conn.execute(queries.INSERT_DEFINITION, *_row_values(spec))
             report.created.append(spec.id)
-        elif (
+            continue
+        held = row["paused_by"] is not None
+        if held:
+            report.held.append(spec.id)
+        if (
             row["content_digest"] != spec.content_digest()
-            or row["paused"] != spec.paused
+            or row["paused"] != (spec.paused or held)
             or row["removed_at"] is not None
         ):
             values = _row_values(spec)
@@ -120,11 +133,23 @@ async def sync_definitions(
     schedules: ScheduleApplier,
 ) -> SyncReport:
     """Upsert ``specs`` (already validated, unique ids) in one transaction, then apply
-    their schedules. Raises ScheduleApplyError if only the second half failed."""
-    async with pool.acquire() as conn, conn.transaction():
-        report = await store_definitions(conn, specs)
-    try:
-        await schedules.apply(specs, removed=report.removed)
-    except Exception as exc:  # any failure of the scheduler means the same to the caller
-        raise ScheduleApplyError(f"{type(exc).__name__}: {exc}") from exc
+    their schedules, an operator's pause kept. Raises ScheduleApplyError if only the
+    second half failed."""
+    async with pool.acquire() as conn:
+        await conn.execute(queries.SCHEDULES_LOCK, queries.SYNC_LOCK_NAMESPACE)
+        try:
+            async with conn.transaction():
+                report = await store_definitions(conn, specs)
+            held = set(report.held)
+            applied = [
+                spec.model_copy(update={"paused": True}) if spec.id in held else spec
+                for spec in specs
+            ]
+            try:
+                await schedules.apply(applied, removed=report.removed)
+            except Exception as exc:  # any failure of the scheduler means the same to the caller
+                raise ScheduleApplyError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            # (the pool's reset on release unlocks too, should this statement fail)
+            await conn.execute(queries.SCHEDULES_UNLOCK, queries.SYNC_LOCK_NAMESPACE)
     return report

@@ -3,26 +3,41 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import asyncpg
 from fastapi import FastAPI
 
 from ..db.pool import create_pool
+from ..operator.actions import RunActions
+from ..operator.audit import AuditLog
+from ..operator.views import OperatorViews
 from ..queue.metrics import QueueMetrics
 from ..queue.service import QueueService
+from ..queue.sightings import ClaimSightings
 from ..queue.vacuum import QueueVacuum
 from ..queue.wakeups import OpenRunSignal
-from ..settings import ActivityCoreSettings
+from ..settings import ActivityCoreSettings, SettingsError
 from ..temporal.client import TemporalClientProvider
-from .auth import Authenticator, load_worker_credentials, token_digest
+from .auth import (
+    Authenticator,
+    CredentialsFileError,
+    load_operator_credentials,
+    load_worker_credentials,
+    token_digest,
+)
 from .body_guard import StrictJsonBody
 from .credentials import CredentialTable
 from .error_handlers import install_error_handlers
+from .routes_automation_pause import router as automation_pause_router
 from .routes_automations import router as automations_router
 from .routes_fire import router as fire_router
 from .routes_health import router as health_router
+from .routes_operator import router as operator_router
+from .routes_operator import runs_router as operator_runs_router
 from .routes_queue import router as queue_router
 from .routes_ui import router as ui_router
 from .session import session_signer
@@ -34,18 +49,41 @@ log = logging.getLogger("activity_core")
 _UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
-    """Raises CredentialsFileError for an unreadable or malformed credentials file."""
+# The named operators and viewers (auth.py, load_operator_credentials). Read here, in the
+# app factory, until the settings class carries it (see operators_file_from_environment).
+OPERATORS_FILE_VARIABLE = "ACTIVITY_CORE_OPERATORS_FILE"
+
+
+def operators_file_from_environment() -> Path | None:
+    """ACTIVITY_CORE_OPERATORS_FILE, read when the app is built (never at import); blank
+    is unset."""
+    value = os.environ.get(OPERATORS_FILE_VARIABLE, "").strip()
+    return Path(value) if value else None
+
+
+def build_authenticator(
+    settings: ActivityCoreSettings, *, operators_file: Path | None = None
+) -> Authenticator:
+    """Raises CredentialsFileError for an unreadable or malformed worker credentials
+    file, SettingsError (naming ACTIVITY_CORE_OPERATORS_FILE) for a bad operators file.
+
+    `operators_file` defaults to ACTIVITY_CORE_OPERATORS_FILE from the environment."""
     workers: dict[str, str] = {}
     if settings.worker_credentials_file is not None:
         workers.update(load_worker_credentials(settings.worker_credentials_file))
     if settings.worker_token is not None and settings.worker_id is not None:
         workers[settings.worker_id] = token_digest(settings.worker_token)
-    return Authenticator(
-        operator_token=settings.operator_token,
-        workers=workers,
-        allow_unauth=settings.allow_unauth_mutations,
-    )
+    path = operators_file if operators_file is not None else operators_file_from_environment()
+    try:
+        operators = load_operator_credentials(path) if path is not None else {}
+        return Authenticator(
+            operator_token=settings.operator_token,
+            workers=workers,
+            allow_unauth=settings.allow_unauth_mutations,
+            operators=operators,
+        )
+    except CredentialsFileError as exc:
+        raise SettingsError(f"{OPERATORS_FILE_VARIABLE}: {exc}") from exc
 
 
 async def open_pool(settings: ActivityCoreSettings, dsn: str) -> asyncpg.Pool:
@@ -88,20 +126,31 @@ def create_app(
         app.state.pool = pool
         # connects on the first manual fire, so the queue API starts while Temporal is down
         app.state.temporal = TemporalClientProvider(settings)
-        app.state.queue = QueueService(
+        sightings = ClaimSightings(pool)
+        queue = QueueService(
             pool,
             max_attempts=settings.max_attempts,
             metrics=metrics,
             signal=signal,
             coalesce_max=settings.coalesce_max,
+            sightings=sightings,
+        )
+        app.state.queue = queue
+        app.state.sightings = sightings
+        app.state.audit = audit = AuditLog(pool)
+        app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
+        app.state.operator_views = OperatorViews(
+            pool, max_attempts=settings.max_attempts, sightings=sightings
         )
         vacuum = QueueVacuum(
             pool, dsn, dead_rows_limit=settings.queue_vacuum_dead_rows, metrics=metrics
         )
         vacuum.start()
+        sightings.start()
         try:
             yield
         finally:
+            await sightings.stop()
             await vacuum.stop()
             await signal.stop()
             await pool.close()
@@ -120,7 +169,16 @@ def create_app(
     app.state.metrics = metrics
     install_error_handlers(app)
     app.state.sessions = session_signer(settings.operator_token)
-    routers = (queue_router, automations_router, fire_router, ui_router, health_router)
+    routers = (
+        queue_router,
+        operator_runs_router,
+        operator_router,
+        automations_router,
+        fire_router,
+        automation_pause_router,
+        ui_router,
+        health_router,
+    )
     for router in routers:
         app.include_router(router)
     # the credential each route declares, for the body guard (it answers before routing)

@@ -2,7 +2,9 @@
 401/403 whatever its path, query or body says ("Credentials are checked before the body").
 
 Each protected route declares the kind of credential it takes as its first dependency,
-`dependencies=[WORKER_CREDENTIAL]` or `[OPERATOR_CREDENTIAL]`. FastAPI solves a route's
+`dependencies=[WORKER_CREDENTIAL]`, `[VIEWER_CREDENTIAL]` (operator-plane reads: a named
+operator or viewer) or `[OPERATOR_CREDENTIAL]` (operator actions: role `operator`; a
+viewer is refused 403 forbidden, and that refusal is audited). FastAPI solves a route's
 own dependencies before it validates path, query and body, and an exception a dependency
 raises ends the request at once; so within FastAPI the credential is checked first. Two
 things answer a request before FastAPI does, and both defer to the same declaration:
@@ -34,11 +36,13 @@ from fastapi.routing import APIRoute
 from starlette.types import Scope
 
 from ..queue.errors import QueueRefusal
-from .auth import Authenticator
+from .auth import Authenticator, Principal
 from .deps import operator_token_of, worker_token_of
+from .operator_context import audit_role_refusal
 
 __all__ = [
     "OPERATOR_CREDENTIAL",
+    "VIEWER_CREDENTIAL",
     "WORKER_CREDENTIAL",
     "Credential",
     "CredentialTable",
@@ -49,31 +53,47 @@ __all__ = [
 
 class Credential(StrEnum):
     worker = "worker"
+    # an operator action: a named operator of role `operator`
     operator = "operator"
+    # an operator-plane read: a named operator of either role (`operator` or `viewer`)
+    viewer = "viewer"
 
 
-def check_credential(request: Request, kind: Credential) -> None:
+def check_credential(request: Request, kind: Credential) -> Principal | None:
     """Raises QueueRefusal (401/403) unless the request carries a credential of this kind
-    (or that kind of endpoint is open for local development)."""
+    (or that kind of endpoint is open for local development); the operator-plane
+    principal it authenticated (None for a worker)."""
     auth: Authenticator = request.app.state.auth
     if kind is Credential.worker:
         auth.authenticate_worker(worker_token_of(request))
-    else:
-        auth.require_operator(operator_token_of(request))
+        return None
+    if kind is Credential.viewer:
+        return auth.require_viewer(operator_token_of(request))
+    return auth.require_operator(operator_token_of(request))
 
 
 async def _worker_credential(request: Request) -> None:
     check_credential(request, Credential.worker)
 
 
+async def _viewer_credential(request: Request) -> None:
+    request.state.principal = check_credential(request, Credential.viewer)
+
+
 async def _operator_credential(request: Request) -> None:
-    check_credential(request, Credential.operator)
+    try:
+        request.state.principal = check_credential(request, Credential.operator)
+    except QueueRefusal as refusal:
+        await audit_role_refusal(request, operator_token_of(request), refusal)
+        raise
 
 
 WORKER_CREDENTIAL = Depends(_worker_credential)
+VIEWER_CREDENTIAL = Depends(_viewer_credential)
 OPERATOR_CREDENTIAL = Depends(_operator_credential)
 _KIND_OF_DEPENDENCY = {
     _worker_credential: Credential.worker,
+    _viewer_credential: Credential.viewer,
     _operator_credential: Credential.operator,
 }
 

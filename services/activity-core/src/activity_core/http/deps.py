@@ -12,9 +12,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ..artefacts.service import ArtefactService
+from ..operator.actions import RunActions
+from ..operator.audit import Actor, AuditLog
+from ..operator.views import OperatorViews
 from ..queue.service import QueueService
 from ..settings import ActivityCoreSettings
 from .auth import Authenticator, bearer_token
+from .operator_context import actor_of
 from .session import COOKIE_NAME, SessionSigner
 
 
@@ -109,7 +113,31 @@ async def _worker_call(request: Request) -> WorkerCall:
     return worker_call(request)
 
 
+async def _run_actions(request: Request) -> RunActions:
+    actions: RunActions = request.app.state.run_actions
+    return actions
+
+
+async def _operator_views(request: Request) -> OperatorViews:
+    views: OperatorViews = request.app.state.operator_views
+    return views
+
+
+async def _audit(request: Request) -> AuditLog:
+    audit: AuditLog = request.app.state.audit
+    return audit
+
+
+async def _actor(request: Request) -> Actor:
+    return actor_of(request)
+
+
 Queue = Annotated[QueueService, Depends(_queue)]
+Actions = Annotated[RunActions, Depends(_run_actions)]
+Views = Annotated[OperatorViews, Depends(_operator_views)]
+Audit = Annotated[AuditLog, Depends(_audit)]
+# The operator acting (the principal OPERATOR_CREDENTIAL authenticated) and the request id.
+Acting = Annotated[Actor, Depends(_actor)]
 Artefacts = Annotated[ArtefactService, Depends(_artefacts)]
 Auth = Annotated[Authenticator, Depends(_auth)]
 Settings = Annotated[ActivityCoreSettings, Depends(_settings)]

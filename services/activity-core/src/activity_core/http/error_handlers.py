@@ -58,17 +58,27 @@ def refusal_response(app: Any, exc: QueueRefusal) -> Response:
     return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
 
 
+def _with_request_id(request: Request, response: Response) -> Response:
+    """An operator action's refusal carries its request id back, as its answer would
+    (http/operator_context.py); other requests have none."""
+    request_id = request.scope.get("state", {}).get("request_id")
+    if request_id is not None:
+        response.headers["X-Request-Id"] = request_id
+    return response
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueRefusal)
     async def _refusal(request: Request, exc: QueueRefusal) -> Response:
-        return refusal_response(request.app, exc)
+        return _with_request_id(request, refusal_response(request.app, exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         count_refusal(request.app, "invalid_request")
         errors = _field_errors(exc)
         fields = ", ".join(".".join(str(p) for p in e["loc"]) or "body" for e in errors[:5])
-        return error_response(422, "invalid_request", f"invalid request: {fields}", errors)
+        response = error_response(422, "invalid_request", f"invalid request: {fields}", errors)
+        return _with_request_id(request, response)
 
     @app.exception_handler(DatabaseUnavailable)
     async def _unavailable(_: Request, exc: DatabaseUnavailable) -> Response:

@@ -1,7 +1,7 @@
 """Run artefacts as JSON (/ops/automations): an automation's fires joined to their ops runs.
 
-Edge only: authenticate the operator (each route's first dependency, before its path and
-query are looked at), parse, call the artefact service. No prompt, description, tool
+Edge only: authenticate an operator or a viewer (each route's first dependency, before its
+path and query are looked at), parse, call the artefact service. No prompt, description, tool
 output or model text is in any of these bodies (artefacts/models.py).
 """
 
@@ -15,7 +15,7 @@ from ops_contracts import ErrorBody
 
 from ..artefacts.models import AutomationIndex, FireDetail, FirePage
 from ..artefacts.service import MAX_PAGE_SIZE
-from .credentials import OPERATOR_CREDENTIAL
+from .credentials import VIEWER_CREDENTIAL
 from .deps import Artefacts
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
@@ -47,7 +47,7 @@ AutomationId = Annotated[
     "",
     response_model=AutomationIndex,
     responses=_errors(401, 403, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
+    dependencies=[VIEWER_CREDENTIAL],
 )
 async def list_automations(artefacts: Artefacts) -> AutomationIndex:
     """Every automation with its schedule, pause flag, last fire and queue counts by state."""
@@ -58,7 +58,7 @@ async def list_automations(artefacts: Artefacts) -> AutomationIndex:
     "/{automation_id}/runs",
     response_model=FirePage,
     responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
+    dependencies=[VIEWER_CREDENTIAL],
 )
 async def list_automation_runs(
     automation_id: AutomationId,
@@ -75,7 +75,7 @@ async def list_automation_runs(
     "/{automation_id}/runs/{run_id}",
     response_model=FireDetail,
     responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
+    dependencies=[VIEWER_CREDENTIAL],
 )
 async def get_automation_run(
     automation_id: AutomationId,

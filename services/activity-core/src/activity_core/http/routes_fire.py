@@ -13,12 +13,14 @@ import asyncpg
 from fastapi import APIRouter, Body, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ops_contracts import ErrorBody, canonical_json
+from ops_contracts import ErrorBody, RefusalCode, canonical_json
 
+from ..operator.audit import audit_target
 from ..temporal.client import TemporalClientProvider
+from ..temporal.errors import AutomationNotFound, AutomationPaused
 from ..temporal.fire import fire_manual
 from .credentials import OPERATOR_CREDENTIAL
-from .deps import Settings
+from .deps import Acting, Audit, Settings
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
@@ -91,12 +93,21 @@ def _temporal(request: Request) -> TemporalClientProvider:
     return provider
 
 
+# The refusals of a fire the audit trail records (an outage is not a refusal).
+_AUDITED_REFUSALS = {
+    AutomationNotFound: RefusalCode.not_found,
+    AutomationPaused: RefusalCode.state_conflict,
+}
+
 Pool = Annotated[asyncpg.Pool, Depends(_pool)]
 Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "unauthenticated"},
-    403: {"model": ErrorBody, "description": "forbidden: not an operator credential"},
+    403: {
+        "model": ErrorBody,
+        "description": "forbidden: not an operator credential (a worker's, or a viewer's)",
+    },
     404: {"model": ErrorBody, "description": "not_found: no such automation"},
     409: {"model": ErrorBody, "description": "state_conflict: the automation is paused"},
     413: {"model": ErrorBody, "description": "request_too_large"},
@@ -117,17 +128,23 @@ async def fire(
     settings: Settings,
     pool: Pool,
     temporal: Temporal,
+    actor: Acting,
+    audit: Audit,
     body: Annotated[FireRequest | None, Body()] = None,
 ) -> dict[str, str]:
     """Start RunActivityWorkflow for this automation (its UUID or slug) with the body as
-    the request context; answers the workflow and run id."""
-    result = await fire_manual(
-        pool,
-        temporal,
-        automation=automation_id,
-        request=(body or FireRequest()).context(),
-        task_queue=settings.temporal_task_queue,
-    )
+    the request context; answers the workflow and run id. Recorded in the audit trail
+    (`fire`), refusals included."""
+    target = audit_target("automation", automation_id)
+    async with audit.action(actor, "fire", target, refusals=_AUDITED_REFUSALS) as act:
+        result = await fire_manual(
+            pool,
+            temporal,
+            automation=automation_id,
+            request=(body or FireRequest()).context(),
+            task_queue=settings.temporal_task_queue,
+        )
+        act.details = {"run_id": result.run_id, "trigger_key": result.trigger_key}
     return {
         "workflow_id": result.workflow_id,
         "run_id": result.run_id,

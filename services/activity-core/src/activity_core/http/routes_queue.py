@@ -1,10 +1,11 @@
 """The claim queue endpoints (/ops-runs). Edge only: authenticate, parse, call the service.
 
 Each route's first dependency checks the caller's credential (credentials.py), before
-FastAPI looks at its path, query or body. The worker endpoints' bodies are in
-worker_ops.py, shared with the fast path that answers valid worker requests without the
-framework (worker_fast_path.py). These routes stay the documented interface and answer
-everything the fast path hands on.
+FastAPI looks at its path, query or body: reads take an operator or a viewer, actions an
+operator (the operator plane's own endpoints are in routes_operator.py). The worker
+endpoints' bodies are in worker_ops.py, shared with the fast path that answers valid
+worker requests without the framework (worker_fast_path.py). These routes stay the
+documented interface and answer everything the fast path hands on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict
 
 from ops_contracts import (
@@ -26,14 +27,19 @@ from ops_contracts import (
     HeartbeatRequest,
     Label,
     OpsRun,
+    RefusalCode,
     RunPage,
     RunState,
+    WorkerId,
 )
 
+from ..queue.errors import QueueRefusal
 from ..queue.service import ListFilter
 from . import worker_ops
-from .credentials import OPERATOR_CREDENTIAL, WORKER_CREDENTIAL
-from .deps import Queue, Worker
+from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL, WORKER_CREDENTIAL
+from .deps import Acting, Actions, Queue, Worker
+from .instants import Instant
+from .operator_context import REQUEST_ID_HEADER, request_id_of
 
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 
@@ -41,7 +47,8 @@ router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     described = {
         401: "unauthenticated: no or an invalid credential",
-        403: "forbidden (wrong kind of credential) or worker_identity_mismatch",
+        403: "forbidden (wrong kind of credential, or a viewer asking for an action) or "
+        "worker_identity_mismatch",
         404: "not_found",
         409: "wrong_owner, expired_lease (the lease ended, or `attempt` is not the run's "
         "current attempt), state_conflict, evidence_conflict or terminal_conflict",
@@ -53,7 +60,6 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 _WORKER_ERRORS = _errors(401, 403, 404, 409, 413, 422, 503)
-_OPERATOR_ERRORS = _errors(401, 403, 422, 503)
 
 # PostgreSQL text cannot hold NUL; a filter value with control characters can match no run.
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
@@ -66,7 +72,10 @@ class ExpireLeasesRequest(BaseModel):
 
 
 @router.get(
-    "", response_model=RunPage, responses=_OPERATOR_ERRORS, dependencies=[OPERATOR_CREDENTIAL]
+    "",
+    response_model=RunPage,
+    responses=_errors(401, 403, 404, 422, 503),
+    dependencies=[VIEWER_CREDENTIAL],
 )
 async def list_runs(
     queue: Queue,
@@ -76,9 +85,38 @@ async def list_runs(
     target_repo: Annotated[
         str | None, Query(min_length=1, max_length=256, pattern=_PRINTABLE)
     ] = None,
+    automation: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=128,
+            pattern=_PRINTABLE,
+            description="an automation's slug or UUID (404 when there is none)",
+        ),
+    ] = None,
+    worker: Annotated[
+        WorkerId | None,
+        Query(description="the lease holder (claim_owner), or a terminal run's last one"),
+    ] = None,
+    created_after: Annotated[
+        Instant | None,
+        Query(description="runs created at or after this time (with a timezone)"),
+    ] = None,
+    created_before: Annotated[
+        Instant | None,
+        Query(description="runs created before this time (with a timezone)"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> dict[str, Any]:
+    """Runs newest first (keyset: pass `next_cursor` back as `cursor`), every filter
+    optional and all of them combined: `created_after <= created_at < created_before`."""
+    if created_after is not None and created_before is not None and created_after >= created_before:
+        raise QueueRefusal(
+            RefusalCode.invalid_request,
+            "created_before must be later than created_after",
+            loc=("query", "created_before"),
+        )
     runs, next_cursor = await queue.list(
         ListFilter(
             state=state,
@@ -87,6 +125,10 @@ async def list_runs(
             target_repo=target_repo,
             cursor=cursor,
             limit=limit,
+            automation=automation,
+            worker=worker,
+            created_after=created_after,
+            created_before=created_before,
         )
     )
     return {"runs": runs, "next_cursor": next_cursor}
@@ -108,8 +150,17 @@ async def claim(body: ClaimRequest, call: Worker) -> dict[str, Any]:
     responses=_errors(401, 403, 413, 422, 503),
     dependencies=[OPERATOR_CREDENTIAL],
 )
-async def expire_leases(queue: Queue, body: ExpireLeasesRequest | None = None) -> dict[str, int]:
-    reopened, expired = await queue.expire_leases()
+async def expire_leases(
+    actions: Actions,
+    actor: Acting,
+    request: Request,
+    response: Response,
+    body: ExpireLeasesRequest | None = None,
+) -> dict[str, int]:
+    """Reopen every claim whose lease has ended (expire it at the attempt ceiling);
+    recorded in the audit trail."""
+    reopened, expired = await actions.expire_leases(actor)
+    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
     return {"reopened": reopened, "expired": expired}
 
 
@@ -117,7 +168,7 @@ async def expire_leases(queue: Queue, body: ExpireLeasesRequest | None = None) -
     "/{run_id}",
     response_model=OpsRun,
     responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
+    dependencies=[VIEWER_CREDENTIAL],
 )
 async def get_run(run_id: uuid.UUID, queue: Queue) -> dict[str, Any]:
     return await queue.get(run_id)

@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from ..temporal.pause import AutomationPauses
 from ..ui.render import render, stylesheet
 from .auth import Authenticator
 from .deps import Artefacts, Auth, OperatorToken
@@ -237,9 +238,13 @@ async def automation(
         return denied
     try:
         page = await artefacts.fires(automation_id, limit=20, cursor=cursor)
+        # paused or active, and the next fire times from the Temporal Schedule itself
+        pause = await AutomationPauses(request.app.state.pool, request.app.state.temporal).state(
+            automation_id
+        )
     except (QueueRefusal, DatabaseUnavailable) as exc:
         return _refused(request, exc)
-    return _page(request, "automation.html", page=page, cursor=cursor)
+    return _page(request, "automation.html", page=page, cursor=cursor, pause=pause)
 
 
 @router.get("/automations/{automation_id}/runs/{run_id}")

@@ -4,6 +4,10 @@ The order of refusals is the one the interface decisions fix: missing row, termi
 (reconciled or terminal_conflict), open row, another owner, ended lease or a stale
 attempt (both expired_lease), grant evidence.
 
+A run an operator cancelled is failed with no recorded close and no owner: every close
+of it is terminal_conflict and every heartbeat state_conflict, and their detail says who
+cancelled it (the worker holding it learns it on its next heartbeat).
+
 Fencing: a request that names its `attempt` belongs to one claim of the run. When the run
 has been claimed again since (its lease ended and it was reopened and claimed, perhaps by
 the same worker), the request is stale: expired_lease, exactly where an ended lease is
@@ -76,7 +80,9 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
             and row["claim_owner"] == request.worker_id
         ):
             return Reconcile()
-        if recorded is None:
+        if row["cancelled_by"] is not None:
+            detail = f"the run was cancelled by operator {row['cancelled_by']}"
+        elif recorded is None:
             detail = f"the run is already {state.value} and has no recorded close to match"
         else:
             detail = f"the run is already {state.value} with a different close"
@@ -142,6 +148,9 @@ def decide_heartbeat(row: Row | None, worker_id: str, attempt: int | None = None
     if row is None:
         return Refuse(RefusalCode.not_found, "no ops run with this id")
     if row["state"] != RunState.claimed:
+        if row["cancelled_by"] is not None:
+            detail = f"the run was cancelled by operator {row['cancelled_by']}"
+            return Refuse(RefusalCode.state_conflict, detail)
         return Refuse(RefusalCode.state_conflict, f"the run is {row['state']}, not claimed")
     if row["claim_owner"] != worker_id:
         return Refuse(RefusalCode.wrong_owner, "the run is claimed by another worker")

@@ -13,7 +13,7 @@ RUN_COLUMNS = """
     id, activity_definition_id, idempotency_key, target_repo, title, description, labels,
     priority, state, claim_owner, lease_until, attempt, source_type, source_id,
     triggering_event_id, approach_hint, harness_profile_ref, execution_refs,
-    repository_grant, result, last_error, created_at, updated_at
+    repository_grant, result, last_error, created_at, updated_at, requeued_from, cancelled_by
 """
 
 
@@ -237,20 +237,50 @@ WHERE id = $1
 RETURNING {RUN_COLUMNS}
 """
 
-GET_RUN = f"SELECT {RUN_COLUMNS} FROM ops_runs WHERE id = $1"
+# The runs requeued from a run, oldest first (ops_runs_by_requeued_from). Only failed and
+# expired runs can have any; the original row is never written when one is made, so its
+# projection computes them. Open and claimed runs (every claim, heartbeat and common
+# close answer) have none by construction, and their statements do not ask.
+_REQUEUED_AS = """
+    ARRAY(SELECT successor.id FROM ops_runs AS successor
+          WHERE successor.requeued_from = {alias}.id
+          ORDER BY successor.created_at, successor.id) AS requeued_as"""
+
+# $1 id
+REQUEUED_AS = f"SELECT {_REQUEUED_AS.format(alias='r')} FROM ops_runs AS r WHERE r.id = $1"
+
+GET_RUN = f"""
+SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}
+FROM ops_runs AS r
+WHERE r.id = $1
+"""
+
+# An automation's definition id from its slug or its UUID (the operator filters name
+# automations either way). $1 slug, $2 the same text as a UUID (NULL when it is not one)
+DEFINITION_ID = """
+SELECT id FROM activity_definitions WHERE slug = $1 OR id = $2::uuid
+"""
 
 # Keyset pagination, newest first. Filters are optional: a NULL parameter disables one.
 # $1 state, $2 labels (all must be present), $3 definition id, $4 target repo,
-# $5 cursor created_at, $6 cursor id, $7 limit
+# $5 cursor created_at, $6 cursor id, $7 limit, $8 worker (claim_owner: the lease holder,
+# or the last one of a terminal run), $9 created at or after, $10 created before
+# The time window is a range of the listing index ((created_at, id) descending); a worker
+# filter reads that index newest first and keeps its rows (claim_owner has no index of
+# its own, which would cost every claim an index write): combine it with a window or a
+# state for a worker whose runs are old.
 LIST_RUNS = f"""
-SELECT {RUN_COLUMNS}
-FROM ops_runs
-WHERE ($1::text IS NULL OR state = $1)
-  AND ($2::text[] IS NULL OR labels @> to_jsonb($2::text[]))
-  AND ($3::uuid IS NULL OR activity_definition_id = $3)
-  AND ($4::text IS NULL OR target_repo = $4)
-  AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6::uuid))
-ORDER BY created_at DESC, id DESC
+SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}
+FROM ops_runs AS r
+WHERE ($1::text IS NULL OR r.state = $1)
+  AND ($2::text[] IS NULL OR r.labels @> to_jsonb($2::text[]))
+  AND ($3::uuid IS NULL OR r.activity_definition_id = $3)
+  AND ($4::text IS NULL OR r.target_repo = $4)
+  AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5, $6::uuid))
+  AND ($8::text IS NULL OR r.claim_owner = $8)
+  AND ($9::timestamptz IS NULL OR r.created_at >= $9)
+  AND ($10::timestamptz IS NULL OR r.created_at < $10)
+ORDER BY r.created_at DESC, r.id DESC
 LIMIT $7
 """
 
@@ -275,6 +305,28 @@ RETURNING r.id, r.state, stale.claim_owner
 """
 
 COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"
+
+# -- the workers seen by claims (queue/sightings.py) -------------------------------------------
+
+# Each API process writes the last claim of every worker identity it served since its
+# previous write, in one statement every few seconds (never on the claim path). Several
+# processes write the same identity: the later claim wins, an older one changes nothing.
+# The label filters travel as JSON text: a list inside an array parameter would be read
+# as another dimension of the array.
+# $1 worker ids, $2 claim times, $3 label filters as JSON arrays (NULL: any run),
+# $4 labels modes, $5 limits
+RECORD_SIGHTINGS = """
+INSERT INTO ops_workers AS w (worker_id, last_claim_at, labels, labels_mode, claim_limit)
+SELECT s.worker_id, s.at, s.labels::jsonb, s.labels_mode, s.claim_limit
+FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::int[])
+     AS s(worker_id, at, labels, labels_mode, claim_limit)
+ON CONFLICT (worker_id) DO UPDATE
+SET last_claim_at = excluded.last_claim_at,
+    labels = excluded.labels,
+    labels_mode = excluded.labels_mode,
+    claim_limit = excluded.claim_limit
+WHERE w.last_claim_at < excluded.last_claim_at
+"""
 
 # -- the queue table's own upkeep (queue/vacuum.py) -----------------------------------------
 

@@ -48,6 +48,7 @@ from .close_decision import (
 from .coalesce import Coalescer
 from .errors import DatabaseUnavailable, QueueRefusal
 from .metrics import QueueMetrics
+from .sightings import ClaimSightings
 from .wakeups import OpenRunSignal
 
 log = logging.getLogger("activity_core.queue")
@@ -99,18 +100,44 @@ class ListFilter:
     target_repo: str | None = None
     cursor: str | None = None
     limit: int = 50
+    # an automation's slug or UUID (refused not_found when there is none)
+    automation: str | None = None
+    # claim_owner: the lease holder, or a terminal run's last one
+    worker: str | None = None
+    # created_after <= created_at < created_before
+    created_after: datetime | None = None
+    created_before: datetime | None = None
 
 
 def project(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
     """The read projection of every answer (get, list, claim, heartbeat, close): historic
     rows are normalized again before they leave, the result by the evidence allowlist and
-    the error text by the function that bounds it when it is stored."""
+    the error text by the function that bounds it when it is stored.
+
+    `requeued_as` comes from the statements that compute it (get, list, a reconciled
+    close); every other answer is of a run that was open or claimed until that statement,
+    which no requeue can have taken as its original (only failed and expired runs are)."""
     run = {key: row[key] for key in queries.RUN_COLUMN_NAMES}
     if run["result"] is not None:
         run["result"] = normalize_result(run["result"])
     if run["last_error"] is not None:
         run["last_error"] = sanitize_error(run["last_error"])
+    run["requeued_as"] = row.get("requeued_as") or []
     return run
+
+
+async def definition_id_of(conn: PoolConnectionProxy[asyncpg.Record], automation: str) -> uuid.UUID:
+    """The definition id of an automation named by its slug or its UUID; not_found when
+    there is none."""
+    try:
+        as_uuid: uuid.UUID | None = uuid.UUID(automation)
+    except ValueError:
+        as_uuid = None
+    found = await conn.fetchval(queries.DEFINITION_ID, automation, as_uuid)
+    if found is None:
+        raise QueueRefusal(RefusalCode.not_found, f"no automation {automation}")
+    definition_id: uuid.UUID = found
+    return definition_id
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
@@ -129,11 +156,13 @@ class QueueService:
         metrics: QueueMetrics,
         signal: OpenRunSignal | None = None,
         coalesce_max: int = 32,
+        sightings: ClaimSightings | None = None,
     ) -> None:
         self._pool = pool
         self._max_attempts = max_attempts
         self._metrics = metrics
         self._signal = signal
+        self._sightings = sightings
         self._coalesce_max = coalesce_max
         self._claims: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
             self._lease_together, max_items=self._claimers_per_statement
@@ -159,7 +188,14 @@ class QueueService:
         if self._signal is not None:
             self._signal.drain()
 
+    @property
+    def max_attempts(self) -> int:
+        return self._max_attempts
+
     async def claim(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+        if self._sightings is not None:
+            # in memory only; written to ops_workers off the claim path (sightings.py)
+            self._sightings.record(spec.worker_id, spec.labels, spec.labels_mode.value, spec.limit)
         deadline = time.monotonic() + spec.wait_seconds
         while True:
             # Take the wake-up token before looking, so an emission between an empty
@@ -403,7 +439,11 @@ class QueueService:
                 raise self._refuse(decision, run_id, request.worker_id, request.action.value)
             assert row is not None
             if isinstance(decision, Reconcile):
-                return row, CloseDisposition.reconciled
+                if row["state"] == RunState.succeeded:
+                    return row, CloseDisposition.reconciled
+                # a failed or expired run may have been requeued since its close
+                successors = await conn.fetchval(queries.REQUEUED_AS, run_id)
+                return {**dict(row), "requeued_as": successors}, CloseDisposition.reconciled
             if isinstance(decision, ReopenRun):
                 reopened = await conn.fetchrow(
                     queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
@@ -450,15 +490,24 @@ class QueueService:
     async def list(self, flt: ListFilter) -> tuple[list[dict[str, Any]], str | None]:
         cursor_at, cursor_id = _decode_cursor(flt.cursor) if flt.cursor else (None, None)
         async with self._connection() as conn:
+            definition_id = flt.activity_definition_id
+            if flt.automation is not None:
+                automation_id = await definition_id_of(conn, flt.automation)
+                if definition_id is not None and definition_id != automation_id:
+                    return [], None  # two filters no run can match at once
+                definition_id = automation_id
             rows = await conn.fetch(
                 queries.LIST_RUNS,
                 flt.state.value if flt.state else None,
                 list(flt.labels) if flt.labels else None,
-                flt.activity_definition_id,
+                definition_id,
                 flt.target_repo,
                 cursor_at,
                 cursor_id,
                 flt.limit + 1,
+                flt.worker,
+                flt.created_after,
+                flt.created_before,
             )
         page = rows[: flt.limit]
         next_cursor = (

@@ -1,0 +1,197 @@
+"""An operator's pause and resume of an automation, and its state (/ops/automations/{id}).
+
+- `POST /ops/automations/{automation_id}/pause` `{"reason"?}` and `/resume` (operator):
+  200 with the automation as below, a repeat included (unchanged). Audited as
+  `automation.pause` / `automation.resume` (`repeated` for a repeat), refusals included.
+- `GET /ops/automations/{automation_id}` (operator or viewer): the same view.
+
+Edge only: authenticate (each route's first dependency, before path and body), parse, call
+the pause service (temporal/pause.py), which says what a pause does to the database and to
+the Temporal Schedule, and how a later sync-definitions keeps it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ops_contracts import AuditOutcome, ErrorBody
+
+from ..operator.audit import audit_target
+from ..temporal.pause import MAX_REASON_LENGTH, AutomationPauses, AutomationState, ScheduleStatus
+from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
+from .deps import Acting, Audit
+from .operator_context import REQUEST_ID_HEADER, request_id_of
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/ops/automations", tags=["automations"])
+
+AutomationId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="the automation's slug (its definition id) or its UUID",
+    ),
+]
+
+
+class PauseRequest(BaseModel):
+    """Why the operator pauses it (optional): kept sanitized, on one line, in the
+    database and in the Temporal Schedule's note."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, min_length=1, max_length=MAX_REASON_LENGTH)
+
+    @field_validator("reason")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class AutomationPauseView(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: uuid.UUID
+    slug: str
+    title: str
+    cron: str | None = Field(description="absent: fired manually only")
+    timezone: str | None
+    paused: bool = Field(
+        description="it does not fire: paused by an operator, or by its definition file"
+    )
+    paused_by: str | None = Field(description="the operator who paused it; null otherwise")
+    paused_at: datetime | None
+    reason: str | None = Field(description="the operator's reason, sanitized")
+    paused_by_definition: bool = Field(
+        description="its definition file says `paused: true`, or it was removed from the "
+        "files: only a changed file and a sync lift that"
+    )
+    schedule: ScheduleStatus | None = Field(
+        description="the Temporal Schedule's own state: active, paused, absent (Temporal has "
+        "none yet: the next sync creates it), unreachable (GET only); null: manual only"
+    )
+    next_fire_times: list[datetime] = Field(
+        description="the Temporal Schedule's next action times; empty while paused"
+    )
+
+
+def _view(state: AutomationState) -> AutomationPauseView:
+    return AutomationPauseView(
+        id=state.id,
+        slug=state.slug,
+        title=state.title,
+        cron=state.cron,
+        timezone=state.timezone,
+        paused=state.paused,
+        paused_by=state.paused_by,
+        paused_at=state.paused_at,
+        reason=state.reason,
+        paused_by_definition=state.paused_by_definition,
+        schedule=state.schedule,
+        next_fire_times=state.next_fire_times,
+    )
+
+
+async def _pauses(request: Request) -> AutomationPauses:
+    return AutomationPauses(request.app.state.pool, request.app.state.temporal)
+
+
+Pauses = Annotated[AutomationPauses, Depends(_pauses)]
+
+_DESCRIBED = {
+    401: "unauthenticated: no or an invalid operator credential",
+    403: "forbidden: a worker credential, or a viewer asking for an action",
+    404: "not_found: no such automation",
+    409: "state_conflict: the automation has no schedule (fired manually only); for a "
+    "resume, also one its definition file pauses or that was removed from the files",
+    422: "invalid_request, with an errors list naming each bad field",
+    503: "unavailable: Temporal or the database cannot be reached (or a definition sync "
+    "held the schedules for too long); nothing changed, retry",
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody, "description": _DESCRIBED[s]} for s in statuses}
+
+
+@router.get(
+    "/{automation_id}",
+    response_model=AutomationPauseView,
+    responses={
+        **_errors(401, 403, 404, 422),
+        503: {"model": ErrorBody, "description": "unavailable: the database is down"},
+    },
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def get_automation(automation_id: AutomationId, pauses: Pauses) -> AutomationPauseView:
+    """The automation's pause and its Temporal Schedule's next fire times (a Temporal
+    that cannot be reached shows as `schedule: unreachable` with no fire times)."""
+    return _view(await pauses.state(automation_id))
+
+
+@router.post(
+    "/{automation_id}/pause",
+    response_model=AutomationPauseView,
+    responses=_errors(401, 403, 404, 409, 422, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def pause_automation(
+    automation_id: AutomationId,
+    pauses: Pauses,
+    actor: Acting,
+    audit: Audit,
+    request: Request,
+    response: Response,
+    body: Annotated[PauseRequest | None, Body()] = None,
+) -> AutomationPauseView:
+    """Pause the automation: its Temporal Schedule is paused with a note naming the
+    operator, and the database keeps who, when and why. A later sync-definitions keeps it
+    paused (a changed cron is applied to the paused schedule); only a resume lifts it. The
+    same pause again answers 200 unchanged (the first pause's operator, time and reason)."""
+    reason = body.reason if body is not None else None
+    target = audit_target("automation", automation_id)
+    async with audit.action(actor, "automation.pause", target) as act:
+        state = await pauses.pause(automation_id, operator=actor.name, reason=reason)
+        if not state.changed:
+            act.outcome = AuditOutcome.repeated
+        act.details = {"slug": state.slug, "schedule": state.schedule}
+    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+    return _view(state)
+
+
+@router.post(
+    "/{automation_id}/resume",
+    response_model=AutomationPauseView,
+    responses=_errors(401, 403, 404, 409, 422, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def resume_automation(
+    automation_id: AutomationId,
+    pauses: Pauses,
+    actor: Acting,
+    audit: Audit,
+    request: Request,
+    response: Response,
+) -> AutomationPauseView:
+    """Resume an automation an operator paused: its Temporal Schedule is unpaused and its
+    next fire times follow the current cron. An active automation answers 200 unchanged.
+    One its definition file pauses (or that was removed from the files) is refused 409:
+    change the file and sync."""
+    target = audit_target("automation", automation_id)
+    async with audit.action(actor, "automation.resume", target) as act:
+        state = await pauses.resume(automation_id, operator=actor.name)
+        if not state.changed:
+            act.outcome = AuditOutcome.repeated
+        act.details = {"slug": state.slug, "schedule": state.schedule}
+    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+    return _view(state)

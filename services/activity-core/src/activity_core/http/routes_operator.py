@@ -1,0 +1,338 @@
+"""The operator plane's endpoints. Edge only: authenticate, parse, call a service.
+
+Actions (OPERATOR_CREDENTIAL: an operator; a viewer is refused 403 and that is audited):
+- `POST /ops-runs/{run_id}/requeue`: a failed or expired run gets a new open successor
+  (201); the same `Idempotency-Key` again answers the same successor (200). Without the
+  header the run itself is the key: a run has at most one keyless successor.
+- `POST /ops-runs/requeue` `{"run_ids": [...]}` (at most 100): each run as above, each
+  its own outcome.
+- `POST /ops-runs/{run_id}/cancel` `{"reason"}`: an open or claimed run is failed.
+
+Reads (VIEWER_CREDENTIAL: an operator or a viewer): explain, the runs summary, the dead
+letter, the workers, the audit trail. Every answer of an action carries `X-Request-Id`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from ops_contracts import (
+    IDEMPOTENCY_KEY_PATTERN,
+    REFUSAL_HTTP_STATUS,
+    AuditPage,
+    CancelRequest,
+    CloseDisposition,
+    CloseResponse,
+    DeadLetterPage,
+    ErrorBody,
+    ExplainResponse,
+    OpsRun,
+    RequeueManyRequest,
+    RequeueManyResponse,
+    RunsSummary,
+    WorkersResponse,
+)
+
+from ..operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
+from ..operator.audit import MAX_TARGET_LENGTH
+from ..operator.views import MAX_DEAD_LETTER_PAGE
+from ..queue.errors import QueueRefusal
+from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
+from .deps import Acting, Actions, Audit, Views
+from .instants import Instant
+from .operator_context import REQUEST_ID_HEADER, request_id_of
+
+runs_router = APIRouter(prefix="/ops-runs", tags=["operator"])
+router = APIRouter(prefix="/ops", tags=["operator"])
+
+_DESCRIBED = {
+    401: "unauthenticated: no or an invalid credential",
+    403: "forbidden: a worker credential, or a viewer asking for an action",
+    404: "not_found",
+    409: "state_conflict",
+    413: "request_too_large",
+    422: "invalid_request, with an errors list naming each bad field",
+    503: "unavailable: the database cannot be reached",
+}
+
+
+def _errors(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
+    texts = {**_DESCRIBED, **{int(k.removeprefix("s")): v for k, v in described.items()}}
+    return {s: {"model": ErrorBody, "description": texts[s]} for s in statuses}
+
+
+# PostgreSQL text cannot hold NUL; a filter value with control characters matches nothing.
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description=(
+            "Identifies this requeue: the same key again answers the successor it made "
+            "(200). Absent: the run itself is the key (one keyless successor per run). "
+            "1-128 of letters, digits and . _ : @ + = -"
+        ),
+    ),
+]
+AutomationFilter = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=128,
+        pattern=_PRINTABLE,
+        description="an automation's slug or UUID (404 when there is none)",
+    ),
+]
+
+
+def _request_id(request: Request, response: Response) -> None:
+    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+@runs_router.post(
+    "/requeue",
+    response_model=RequeueManyResponse,
+    responses=_errors(401, 403, 413, 422, 503),
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def requeue_runs(
+    body: RequeueManyRequest,
+    actor: Acting,
+    actions: Actions,
+    request: Request,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """Requeue up to 100 runs, each on its own (its own transaction and audit entry):
+    each outcome has the status the single-run endpoint would have answered (201 a new
+    successor, 200 the one this key made before, else the refusal's status, code and
+    detail). The `Idempotency-Key` applies to each run."""
+    results = await actions.requeue_many(actor, body.run_ids, idempotency_key)
+    _request_id(request, response)
+    return {
+        "results": [
+            {
+                "run_id": result.run_id,
+                "status": 201 if result.created else 200,
+                "successor": result.successor,
+            }
+            if result.refusal is None
+            else {
+                "run_id": result.run_id,
+                "status": _status(result.refusal),
+                "code": result.refusal.code.value,
+                "detail": result.refusal.detail,
+            }
+            for result in results
+        ]
+    }
+
+
+@runs_router.post(
+    "/{run_id}/requeue",
+    status_code=201,
+    response_model=OpsRun,
+    responses={
+        200: {"model": OpsRun, "description": "the successor this Idempotency-Key made before"},
+        **_errors(
+            401,
+            403,
+            404,
+            409,
+            413,
+            422,
+            503,
+            s409="state_conflict: the run is not failed or expired (the detail says what it is)",
+        ),
+    },
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def requeue_run(
+    run_id: uuid.UUID,
+    actor: Acting,
+    actions: Actions,
+    request: Request,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """A new open run that copies what this failed or expired run was (definition, task,
+    repository, labels, priority, profile, approach hint, grant, execution refs, source
+    and trigger), at attempt 0, with `requeued_from` naming this run; this run is never
+    changed (its `requeued_as` lists its successors). 201 with the successor; 200 with the
+    same successor for a repeat with the same `Idempotency-Key`."""
+    successor, created = await actions.requeue(actor, run_id, idempotency_key)
+    response.status_code = 201 if created else 200
+    _request_id(request, response)
+    return successor
+
+
+@runs_router.post(
+    "/{run_id}/cancel",
+    response_model=CloseResponse,
+    responses=_errors(
+        401,
+        403,
+        404,
+        409,
+        413,
+        422,
+        503,
+        s409="state_conflict: the run is already succeeded, failed or expired",
+    ),
+    dependencies=[OPERATOR_CREDENTIAL],
+)
+async def cancel_run(
+    run_id: uuid.UUID,
+    body: CancelRequest,
+    actor: Acting,
+    actions: Actions,
+    request: Request,
+    response: Response,
+) -> dict[str, Any]:
+    """Stop an open or claimed run: it is `failed` (`close_disposition` `applied`), its
+    lease and owner cleared, `cancelled_by` the operator, `last_error` who cancelled it,
+    from whom and why. The worker that held it is refused its next heartbeat
+    (state_conflict) and abandons the run; any close of it is terminal_conflict."""
+    run = await actions.cancel(actor, run_id, body.reason)
+    _request_id(request, response)
+    return {**run, "close_disposition": CloseDisposition.applied}
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+@runs_router.get(
+    "/{run_id}/explain",
+    response_model=ExplainResponse,
+    responses=_errors(401, 403, 404, 422, 503),
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def explain_run(run_id: uuid.UUID, views: Views) -> dict[str, Any]:
+    """Why the run is where it is, most telling first. Codes: open runs
+    `no_matching_worker`, `matching_workers_busy`, `matching_workers`, `next_in_line`,
+    `queued_behind`, `last_attempt`, `attempt_ceiling_reached`, `retried`; claimed runs
+    `claimed`, `lease_ended`, `last_attempt`; terminal runs `succeeded`, `failed`,
+    `expired`, `cancelled`, `requeue_possible`; any run `requeued_as`, `requeued_from`,
+    `automation_paused`, `automation_removed`. A worker counts as claiming when it
+    claimed within the last 60 s or holds a live lease."""
+    state, reasons = await views.explain(run_id)
+    return {
+        "run_id": run_id,
+        "state": state,
+        "reasons": [{"code": r.code, "detail": r.detail} for r in reasons],
+    }
+
+
+@router.get(
+    "/runs/summary",
+    response_model=RunsSummary,
+    responses=_errors(401, 403, 422, 503),
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def runs_summary(
+    views: Views,
+    since: Annotated[
+        Instant | None,
+        Query(
+            description="terminal counts are of runs created at or after this time "
+            "(default: 24 h ago); open and claimed counts are always of the whole queue"
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """The queue at a glance: open, claimed and stalled (claimed, lease ended) runs, the
+    oldest open run and its age, and succeeded, failed and expired runs of a window."""
+    return await views.summary(since)
+
+
+@router.get(
+    "/runs/dead-letter",
+    response_model=DeadLetterPage,
+    responses=_errors(401, 403, 404, 422, 503, s404="not_found: no such automation"),
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def dead_letter(
+    views: Views,
+    automation: AutomationFilter = None,
+    requeued: Annotated[
+        bool | None,
+        Query(description="true: only runs requeued already; false: only the others"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_DEAD_LETTER_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> dict[str, Any]:
+    """Failed and expired runs, newest first (keyset: pass `next_cursor` back as
+    `cursor`), each with its error, its compact execution evidence and its requeues."""
+    runs, next_cursor = await views.dead_letter(
+        automation=automation, requeued=requeued, cursor=cursor, limit=limit
+    )
+    return {"runs": runs, "next_cursor": next_cursor}
+
+
+@router.get(
+    "/workers",
+    response_model=WorkersResponse,
+    responses=_errors(401, 403, 503),
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def workers(views: Views) -> dict[str, Any]:
+    """Every worker identity the claims recorded or that holds a run, latest claim first:
+    its last claim (when, label filter, labels mode, limit), the runs it holds, and its
+    state: `alive` (claimed within 60 s, or holds a run under a lease that has not ended),
+    `idle` (else claimed within 15 min), `gone` (else). Claims are recorded by each API
+    process every 2 s, so another replica's last claim shows up that much later."""
+    return {"workers": await views.workers()}
+
+
+@router.get(
+    "/audit",
+    response_model=AuditPage,
+    responses=_errors(401, 403, 422, 503),
+    dependencies=[VIEWER_CREDENTIAL],
+)
+async def audit_trail(
+    audit: Audit,
+    target: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_TARGET_LENGTH,
+            pattern=_PRINTABLE,
+            description="e.g. ops_run:<uuid>, automation:<slug>, queue",
+        ),
+    ] = None,
+    run_id: Annotated[
+        uuid.UUID | None, Query(description="shorthand for target=ops_run:<run_id>")
+    ] = None,
+    actor: Annotated[str | None, Query(min_length=1, max_length=100, pattern=_PRINTABLE)] = None,
+    action: Annotated[str | None, Query(min_length=1, max_length=100, pattern=_PRINTABLE)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
+) -> dict[str, Any]:
+    """Operator actions and refusals of actions, newest first (keyset: pass `next_cursor`
+    back as `cursor`): who, role, what, target, when, request id, outcome (`applied`,
+    `repeated`, `refused` with its code), details."""
+    if run_id is not None:
+        run_target = f"ops_run:{run_id}"
+        if target is not None and target != run_target:
+            return {"entries": [], "next_cursor": None}
+        target = run_target
+    entries, before = await audit.page(
+        target=target,
+        actor=actor,
+        action=action,
+        before=int(cursor) if cursor is not None else None,
+        limit=limit,
+    )
+    return {"entries": entries, "next_cursor": str(before) if before is not None else None}
+
+
+def _status(refusal: QueueRefusal) -> int:
+    return REFUSAL_HTTP_STATUS[refusal.code]
