@@ -259,6 +259,9 @@ def test_a_bad_operators_file_stops_serve_with_one_line_naming_the_variable(
 ) -> None:
     monkeypatch.setenv("ACTIVITY_CORE_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/never")
     monkeypatch.setenv("ACTIVITY_CORE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    # main() would hand the root logger a handler on pytest's captured stderr, which later
+    # tests would find closed
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)
     cases = {
         "missing.json": None,
         "not-json.json": "{",
