@@ -81,7 +81,19 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         assert ui and token, out
 
         assert httpx.get(ui[1], timeout=15).status_code == 303  # to the login form
-        page = httpx.get(ui[1], headers={"Authorization": f"Bearer {token[1]}"}, timeout=15)
+        assert re.search(r"^Operator: +operator$", out, re.MULTILINE), out
+        # sign in the way the form does: name and token, from the UI's own origin
+        base = httpx.URL(ui[1])
+        origin = f"{base.scheme}://{base.netloc.decode()}"
+        signed_in = httpx.post(
+            f"{origin}/ops/ui/login",
+            data={"name": "operator", "token": token[1]},
+            headers={"origin": origin},
+            timeout=15,
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        session = signed_in.cookies["ops_session"]
+        page = httpx.get(ui[1], cookies={"ops_session": session}, timeout=15)
         assert page.status_code == 200
         assert 'data-field="state">succeeded<' in page.text
         assert "briefs/" in page.text  # the artefact

@@ -280,9 +280,10 @@ class Demo:
         self.out.line(f"                 (all automations: {url}/ops/ui/)")
         self.out.line(f"Temporal UI:     http://{LOCAL_HOST}:{self.temporal_ui_port}")
         self.out.line("                 (the schedules and each fire's workflow)")
+        self.out.line("Operator:        operator")
         self.out.line(f"Operator token:  {operator_token}")
-        self.out.line("                 (log in with it; it is printed only now and changes")
-        self.out.line("                 with every start)")
+        self.out.line("                 (sign in with this name and token; the token is printed")
+        self.out.line("                 only now and changes with every start)")
         self.out.line()
         if args.no_wait:
             return 1 if self.failed else 0

@@ -63,6 +63,12 @@ class ActivityCoreSettings(BaseSettings):
     worker_credentials_file: Path | None = Field(
         default=None, alias="ACTIVITY_CORE_WORKER_CREDENTIALS_FILE"
     )
+    # the named operators and viewers (http/auth.py, load_operator_credentials)
+    operators_file: Path | None = Field(default=None, alias="ACTIVITY_CORE_OPERATORS_FILE")
+    # Where operators' browsers reach the service (e.g. https://ops.example.org): the ops
+    # UI's cookie is Secure when it is https, and a form's Origin must be its origin.
+    # Unset: the origin each request was addressed to (the Host header).
+    public_url: str | None = Field(default=None, alias="ACTIVITY_CORE_PUBLIC_URL")
     allow_unauth_mutations: bool = Field(
         default=False, alias="ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS"
     )
@@ -116,12 +122,32 @@ class ActivityCoreSettings(BaseSettings):
         default=86_400, ge=1, le=30 * 86_400, alias="ACTIVITY_CORE_SINK_RETRY_WINDOW_SECONDS"
     )
 
-    @field_validator("operator_token", "worker_token", "worker_id", "database_url")
+    @field_validator("operator_token", "worker_token", "worker_id", "database_url", "public_url")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             return None
         return value
+
+    @field_validator("operators_file", mode="before")
+    @classmethod
+    def _blank_path_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        base = absolute_http_base(value)
+        if base is None or urllib.parse.urlsplit(base).path not in ("",):
+            raise ValueError(
+                "must be an origin: http:// or https://, a host and an optional port, no path "
+                "(e.g. https://ops.example.org)"
+            )
+        return base
 
     @field_validator("database_url")
     @classmethod

@@ -713,6 +713,8 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         routes_operator,
         routes_queue,
         routes_ui,
+        routes_ui_actions,
+        routes_ui_runs,
     )
     from activity_core.http.app import create_app
     from activity_core.http.credentials import Credential, CredentialTable, credential_of
@@ -727,6 +729,8 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         routes_fire.router,
         routes_automation_pause.router,
         routes_ui.router,
+        routes_ui_runs.router,
+        routes_ui_actions.router,
         routes_health.router,
     )
     routes = [r for router in routers for r in router.routes if isinstance(r, APIRoute)]

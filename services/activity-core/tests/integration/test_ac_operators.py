@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, AppClient, SeededQueue
+from ac_ui import cookie_of, login, session
 from activity_core import cli
 
 ALICE = "alice-token-0123456789abcdef"  # an operator
@@ -180,17 +181,16 @@ async def test_only_the_operators_file_configures_the_operator_plane(
     assert old.status_code == 401
 
 
-async def test_a_viewer_cannot_sign_in_to_the_ui_whose_session_acts_as_an_operator(
+async def test_a_viewer_signs_in_to_the_ui_as_itself_and_reads_only(
     named: Path, app_factory: Any
 ) -> None:
     api: AppClient = await app_factory()
-    response = await api.http.post(
-        "/ops/ui/login",
-        data={"token": BOB, "next": "/ops/ui/"},
-        headers={"content-type": "application/x-www-form-urlencoded"},
-    )
-    assert response.status_code == 401
-    assert "set-cookie" not in response.headers
+    response = await login(api.http, BOB, "bob")
+    assert response.status_code == 303
+    page = await api.http.get("/ops/ui/runs", headers=session(cookie_of(response)))
+    assert page.status_code == 200
+    assert '<span data-field="operator">bob</span> <span class="role">(viewer)</span>' in page.text
+    assert "data-action=" not in page.text
 
 
 async def test_the_open_operator_plane_of_local_development_is_the_anonymous_operator(

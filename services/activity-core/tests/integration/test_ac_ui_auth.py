@@ -1,9 +1,9 @@
-"""Operator auth on the artefact JSON and the ops UI: bearer header, or the signed session
-cookie the login form sets; never a raw token in the cookie; open only in local dev."""
+"""Operator auth on the artefact JSON and the ops UI: a bearer header, or (UI pages only)
+the server-side session the sign-in form opens; never a token in the cookie; open only
+in local dev. Sessions, throttling and CSRF in depth: test_ac_ui_sessions.py."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import asyncpg
@@ -12,31 +12,11 @@ import pytest
 
 from ac_fires import SeededAutomations, at, completed_result
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN, AppClient
-from activity_core.http.session import SESSION_SECONDS, SessionSigner
+from ac_ui import FORM, ORIGIN, cookie_of, login, session, signed_in
+from activity_core.operator.sessions import SESSION_LIFETIME
 
-FORM = {"content-type": "application/x-www-form-urlencoded"}
-
-
-def session_cookie(value: str) -> dict[str, str]:
-    return {"cookie": f"ops_session={value}"}
-
-
-def valid_session() -> str:
-    return SessionSigner(OPERATOR_TOKEN).issue()
-
-
-def expired_session() -> str:
-    issued = time.time() - SESSION_SECONDS - 5
-    return SessionSigner(OPERATOR_TOKEN, clock=lambda: issued).issue()
-
-
-def forged_session() -> str:
-    return SessionSigner("not-the-operator-token-at-all").issue()
-
-
-async def login(api: AppClient, token: str, next_path: str | None = None) -> httpx.Response:
-    body = httpx.QueryParams({"token": token, **({"next": next_path} if next_path else {})})
-    return await api.http.post("/ops/ui/login", content=str(body), headers=FORM)
+# A well-formed session id no session has.
+UNKNOWN_SESSION = "s1." + "A" * 43
 
 
 @pytest.fixture
@@ -65,23 +45,19 @@ async def fire(db: asyncpg.Connection) -> str:
         ({}, 401, "unauthenticated"),
         ({"authorization": "Bearer wrong-token-0123456789"}, 401, "unauthenticated"),
         ({"authorization": f"Bearer {WORKER_TOKEN}"}, 403, "forbidden"),
-        (session_cookie(OPERATOR_TOKEN), 401, "unauthenticated"),
-        (session_cookie(forged_session()), 401, "unauthenticated"),
-        (session_cookie(expired_session()), 401, "unauthenticated"),
+        (session(OPERATOR_TOKEN), 401, "unauthenticated"),
+        (session(UNKNOWN_SESSION), 401, "unauthenticated"),
         ({"authorization": f"Bearer {OPERATOR_TOKEN}"}, 200, None),
         ({"x-operator-token": OPERATOR_TOKEN}, 200, None),
-        (session_cookie(valid_session()), 200, None),
     ],
     ids=[
         "none",
         "wrong-bearer",
         "worker-bearer",
         "raw-token-cookie",
-        "forged-cookie",
-        "expired-cookie",
+        "unknown-session",
         "operator-bearer",
         "operator-header",
-        "signed-cookie",
     ],
 )
 async def test_json_endpoints_need_an_operator(
@@ -98,6 +74,21 @@ async def test_json_endpoints_need_an_operator(
             assert response.json()["code"] == code
 
 
+async def test_a_ui_session_never_opens_the_json_api(api: AppClient, fire: str) -> None:
+    # The cookie is the UI's: the JSON API, whose actions take no CSRF token, never reads it.
+    cookie = await signed_in(api.http)
+    assert (await api.http.get("/ops/ui/", headers=session(cookie))).status_code == 200
+    for path in ("/ops/automations", "/ops-runs", "/ops/workers"):
+        response = await api.http.get(path, headers=session(cookie))
+        assert response.status_code == 401, path
+    cancel = await api.http.post(
+        "/ops-runs/00000000-0000-4000-8000-000000000001/cancel",
+        json={"reason": "x"},
+        headers=session(cookie),
+    )
+    assert cancel.status_code == 401
+
+
 # -- UI ---------------------------------------------------------------------------------
 
 
@@ -105,9 +96,8 @@ async def test_pages_redirect_to_login_without_a_credential(api: AppClient, fire
     for path in ("/ops/ui/", "/ops/ui/automations/brief", f"/ops/ui/automations/brief/runs/{fire}"):
         for headers in (
             {},
-            session_cookie(OPERATOR_TOKEN),
-            session_cookie(forged_session()),
-            session_cookie(expired_session()),
+            session(OPERATOR_TOKEN),
+            session(UNKNOWN_SESSION),
             {"authorization": "Bearer wrong-token-0123456789"},
         ):
             response = await api.http.get(path, headers=headers)
@@ -117,44 +107,46 @@ async def test_pages_redirect_to_login_without_a_credential(api: AppClient, fire
             assert location.params["next"] == path
 
 
-async def test_login_sets_a_signed_strict_httponly_session(api: AppClient, fire: str) -> None:
+async def test_login_opens_a_server_side_strict_httponly_session(
+    api: AppClient, fire: str, db: asyncpg.Connection
+) -> None:
     form = await api.http.get("/ops/ui/login", params={"next": "/ops/ui/automations/brief"})
     assert form.status_code == 200
+    assert 'name="name"' in form.text
     assert 'name="token"' in form.text and 'type="password"' in form.text
 
     target = f"/ops/ui/automations/brief/runs/{fire}"
-    response = await login(api, OPERATOR_TOKEN, target)
+    response = await login(api.http, next_path=target)
     assert response.status_code == 303
     assert response.headers["location"] == target
     (set_cookie,) = response.headers.get_list("set-cookie")
     attributes = [part.strip() for part in set_cookie.split(";")]
-    name, _, value = attributes[0].partition("=")
     flags = {a.split("=")[0].lower(): a.partition("=")[2] for a in attributes[1:]}
-    assert name == "ops_session"
+    value = cookie_of(response)
     assert "httponly" in flags
     assert flags["samesite"].lower() == "strict"
-    assert flags["path"] == "/ops"
-    assert int(flags["max-age"]) == SESSION_SECONDS
+    assert flags["path"] == "/ops/ui"
+    assert "secure" not in flags  # plain http, and no https public URL
+    assert int(flags["max-age"]) == int(SESSION_LIFETIME.total_seconds())
     assert OPERATOR_TOKEN not in set_cookie
-    assert SessionSigner(OPERATOR_TOKEN).verify(value)
+    # the table keeps a digest of the id, never the id itself
+    rows = await db.fetch("SELECT * FROM ops_ui_sessions")
+    assert len(rows) == 1 and rows[0]["operator"] == "operator"
+    assert value not in repr(dict(rows[0])) and OPERATOR_TOKEN not in repr(dict(rows[0]))
 
-    page = await api.http.get(target, headers=session_cookie(value))
+    page = await api.http.get(target, headers=session(value))
     assert page.status_code == 200
     assert "FI daily brief" in page.text
     assert "Sign out" in page.text
 
-    # the same session works on the JSON API under /ops
-    runs = await api.http.get("/ops/automations/brief/runs", headers=session_cookie(value))
-    assert runs.status_code == 200
-
     # logged in: the login form sends you on
-    again = await api.http.get("/ops/ui/login", headers=session_cookie(value))
+    again = await api.http.get("/ops/ui/login", headers=session(value))
     assert again.status_code == 303 and again.headers["location"] == "/ops/ui/"
 
 
 @pytest.mark.parametrize("token", ["wrong-token-0123456789", WORKER_TOKEN, "", "x" * 5000])
 async def test_a_wrong_token_rerenders_the_form_without_detail(api: AppClient, token: str) -> None:
-    response = await login(api, token)
+    response = await login(api.http, token)
     assert response.status_code == 401
     assert "set-cookie" not in response.headers
     assert "Sign-in failed." in response.text
@@ -172,30 +164,38 @@ async def test_login_ignores_an_offsite_next(api: AppClient) -> None:
         "/elsewhere",
         "javascript:alert(1)",
     ):
-        response = await login(api, OPERATOR_TOKEN, next_path)
+        response = await login(api.http, next_path=next_path)
         assert response.status_code == 303
         assert response.headers["location"] == "/ops/ui/", next_path
 
 
-async def test_a_non_form_login_body_is_a_failed_sign_in(api: AppClient) -> None:
+async def test_a_non_form_login_body_is_refused_415(api: AppClient) -> None:
     response = await api.http.post(
         "/ops/ui/login",
-        json={"token": OPERATOR_TOKEN},
-        headers={"content-type": "application/json"},
+        json={"name": "operator", "token": OPERATOR_TOKEN},
+        headers={"content-type": "application/json", "origin": ORIGIN},
     )
-    assert response.status_code == 401
+    assert response.status_code == 415
     assert "set-cookie" not in response.headers
 
 
-async def test_logout_clears_the_cookie(api: AppClient) -> None:
+async def test_logout_ends_the_session_and_clears_the_cookie(api: AppClient) -> None:
+    cookie = await signed_in(api.http)
+    page = await api.http.get("/ops/ui/", headers=session(cookie))
+    csrf = page.text.split('name="csrf_token" value="')[1].split('"')[0]
     response = await api.http.post(
-        "/ops/ui/logout", headers={**FORM, **session_cookie(valid_session())}
+        "/ops/ui/logout",
+        content=f"csrf_token={csrf}",
+        headers={**FORM, "origin": ORIGIN, **session(cookie)},
     )
     assert response.status_code == 303
     assert response.headers["location"] == "/ops/ui/login"
     cleared = response.headers["set-cookie"].lower()
     assert cleared.startswith('ops_session="";') or cleared.startswith("ops_session=;")
-    assert "max-age=0" in cleared and "path=/ops" in cleared
+    assert "max-age=0" in cleared and "path=/ops/ui" in cleared
+    # the cookie a copy of this browser still holds opens nothing any more
+    replay = await api.http.get("/ops/ui/", headers=session(cookie))
+    assert replay.status_code == 303
 
 
 async def test_bearer_header_opens_pages(api: AppClient, fire: str) -> None:
@@ -226,7 +226,7 @@ async def test_pages_carry_security_headers(api: AppClient, fire: str) -> None:
         assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
         assert "script-src" not in csp and "unsafe-inline" not in csp
         assert response.headers["x-frame-options"] == "DENY"
-        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["referrer-policy"] == "same-origin"
         assert response.headers["x-content-type-options"] == "nosniff"
     page = await api.http.get("/ops/ui/", headers=api.operator_headers())
     assert "<script" not in page.text
@@ -317,9 +317,6 @@ async def test_without_an_operator_token(
         assert "text/html" in response.headers["content-type"]
     login_page = await api.http.get("/ops/ui/login")
     assert login_page.status_code == (303 if status == 200 else 403)
-    posted = await login(api, "anything-0123456789")
+    posted = await login(api.http, "anything-0123456789")
     assert posted.status_code == (303 if status == 200 else 403)
     assert "set-cookie" not in posted.headers
-    # a cookie signed with some token is no credential when no token is configured
-    forged = await api.http.get("/ops/automations", headers=session_cookie(valid_session()))
-    assert forged.status_code == (200 if status == 200 else 401)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import asyncpg
 from fastapi import FastAPI
@@ -14,6 +12,7 @@ from fastapi import FastAPI
 from ..db.pool import create_pool
 from ..operator.actions import RunActions
 from ..operator.audit import AuditLog
+from ..operator.sessions import UiSessions
 from ..operator.views import OperatorViews
 from ..queue.metrics import QueueMetrics
 from ..queue.service import QueueService
@@ -40,7 +39,8 @@ from .routes_operator import router as operator_router
 from .routes_operator import runs_router as operator_runs_router
 from .routes_queue import router as queue_router
 from .routes_ui import router as ui_router
-from .session import session_signer
+from .routes_ui_actions import router as ui_actions_router
+from .routes_ui_runs import router as ui_runs_router
 from .worker_fast_path import WorkerFastPath
 
 log = logging.getLogger("activity_core")
@@ -49,31 +49,19 @@ log = logging.getLogger("activity_core")
 _UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-# The named operators and viewers (auth.py, load_operator_credentials). Read here, in the
-# app factory, until the settings class carries it (see operators_file_from_environment).
+# The variable a bad operators file is reported under.
 OPERATORS_FILE_VARIABLE = "ACTIVITY_CORE_OPERATORS_FILE"
 
 
-def operators_file_from_environment() -> Path | None:
-    """ACTIVITY_CORE_OPERATORS_FILE, read when the app is built (never at import); blank
-    is unset."""
-    value = os.environ.get(OPERATORS_FILE_VARIABLE, "").strip()
-    return Path(value) if value else None
-
-
-def build_authenticator(
-    settings: ActivityCoreSettings, *, operators_file: Path | None = None
-) -> Authenticator:
+def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
     """Raises CredentialsFileError for an unreadable or malformed worker credentials
-    file, SettingsError (naming ACTIVITY_CORE_OPERATORS_FILE) for a bad operators file.
-
-    `operators_file` defaults to ACTIVITY_CORE_OPERATORS_FILE from the environment."""
+    file, SettingsError (naming ACTIVITY_CORE_OPERATORS_FILE) for a bad operators file."""
     workers: dict[str, str] = {}
     if settings.worker_credentials_file is not None:
         workers.update(load_worker_credentials(settings.worker_credentials_file))
     if settings.worker_token is not None and settings.worker_id is not None:
         workers[settings.worker_id] = token_digest(settings.worker_token)
-    path = operators_file if operators_file is not None else operators_file_from_environment()
+    path = settings.operators_file
     try:
         operators = load_operator_credentials(path) if path is not None else {}
         return Authenticator(
@@ -138,6 +126,7 @@ def create_app(
         app.state.queue = queue
         app.state.sightings = sightings
         app.state.audit = audit = AuditLog(pool)
+        app.state.ui_sessions = UiSessions(pool)
         app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
         app.state.operator_views = OperatorViews(
             pool, max_attempts=settings.max_attempts, sightings=sightings
@@ -168,7 +157,6 @@ def create_app(
     app.state.auth = authenticator
     app.state.metrics = metrics
     install_error_handlers(app)
-    app.state.sessions = session_signer(settings.operator_token)
     routers = (
         queue_router,
         operator_runs_router,
@@ -177,6 +165,8 @@ def create_app(
         fire_router,
         automation_pause_router,
         ui_router,
+        ui_runs_router,
+        ui_actions_router,
         health_router,
     )
     for router in routers:

@@ -8,8 +8,9 @@
   (ACTIVITY_CORE_OPERATORS_FILE, `{"operators": {"<name>": {"token": "sha256:<hex>",
   "role": "operator"|"viewer"}}}`) adds more. An `operator` reads and acts; a `viewer`
   reads everything and acts on nothing (403 forbidden). Presented as Authorization:
-  Bearer, X-Operator-Token, or the UI session cookie (which stands for the token named
-  `operator`). Operator-plane credentials never act as a worker identity.
+  Bearer or X-Operator-Token. (The ops UI signs an operator in with name and token and
+  keeps a server-side session: ui_guard.py; its cookie opens UI pages only, never the
+  JSON API.) Operator-plane credentials never act as a worker identity.
 - No implicit open mode: a kind of credential that is not configured refuses every request,
   unless ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 (local development; the open operator
   plane's caller is then the operator named `anonymous`).
@@ -36,6 +37,9 @@ _WORKER_ID = re.compile(r"^[A-Za-z0-9._@:/+-]{1,200}$")
 # An operator's name: what the audit trail and a cancelled run's `cancelled_by` show.
 _OPERATOR_NAME = re.compile(r"^[A-Za-z0-9._@:/+-]{1,100}$")
 
+# What an unknown name's token is compared with at sign-in: no token has this digest.
+_NO_DIGEST = "sha256:" + "x" * 64
+
 # ACTIVITY_CORE_OPERATOR_TOKEN's operator, and the caller of an open operator plane.
 TOKEN_OPERATOR_NAME = "operator"
 ANONYMOUS_OPERATOR_NAME = "anonymous"
@@ -50,6 +54,10 @@ class CredentialsFileError(Exception):
 class OperatorCredential:
     digest: str
     role: OperatorRole
+
+
+def operator_name_ok(name: str) -> bool:
+    return _OPERATOR_NAME.fullmatch(name) is not None
 
 
 def token_digest(token: str) -> str:
@@ -182,6 +190,33 @@ class Authenticator:
                 "operator endpoints and the ops UI are refused"
             )
         return notes
+
+    def sign_in(self, name: str, token: str) -> Principal:
+        """The operator-plane principal `name`, when `token` is its credential (the ops
+        UI's sign-in form: name and token, like a user name and password). Refuses 401
+        without saying which of the two was wrong; an unknown name costs the same
+        comparison as a known one."""
+        credential = self._operators.get(name)
+        expected = credential.digest if credential is not None else _NO_DIGEST
+        matches = hmac.compare_digest(token_digest(token), expected)
+        if credential is None or not matches:
+            raise QueueRefusal(RefusalCode.unauthenticated, "sign-in failed")
+        return Principal("operator", name=name, role=credential.role)
+
+    def credential_digest(self, name: str) -> str | None:
+        """The digest of the token operator `name` has now (None: no such operator)."""
+        credential = self._operators.get(name)
+        return credential.digest if credential is not None else None
+
+    def role_of(self, name: str) -> OperatorRole | None:
+        credential = self._operators.get(name)
+        return credential.role if credential is not None else None
+
+    @property
+    def operator_plane_open(self) -> bool:
+        """No operator credential is configured and local development opened the plane:
+        its caller is the operator `anonymous`."""
+        return not self._operators and self._allow_unauth
 
     def identify(self, token: str | None) -> Principal:
         if not token:

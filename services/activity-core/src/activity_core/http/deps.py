@@ -19,7 +19,6 @@ from ..queue.service import QueueService
 from ..settings import ActivityCoreSettings
 from .auth import Authenticator, bearer_token
 from .operator_context import actor_of
-from .session import COOKIE_NAME, SessionSigner
 
 
 async def _queue(request: Request) -> QueueService:
@@ -64,23 +63,12 @@ def operator_token_of(request: Request) -> str | None:
     return (
         headers.get("x-operator-token")
         or bearer_token(headers.get("authorization"))
-        or _session_operator_token(request)
         or headers.get("x-worker-token")
     )
 
 
 async def _operator_token(request: Request) -> str | None:
     return operator_token_of(request)
-
-
-def _session_operator_token(request: Request) -> str | None:
-    # The UI cookie is a signed session, never a token: one that verifies stands for the
-    # configured operator token it was keyed from; anything else is no credential at all.
-    sessions: SessionSigner | None = getattr(request.app.state, "sessions", None)
-    if sessions is None or not sessions.verify(request.cookies.get(COOKIE_NAME)):
-        return None
-    settings: ActivityCoreSettings = request.app.state.settings
-    return settings.operator_token
 
 
 @dataclass(frozen=True)

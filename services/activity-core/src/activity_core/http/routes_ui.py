@@ -1,90 +1,65 @@
-"""The ops UI (/ops/ui): server-rendered pages over the run-artefact service.
+"""The ops UI (/ops/ui): sign-in and sign-out, the automations and their fires.
 
-Every page needs an operator: the bearer (or X-Operator-Token) header, or the signed
-session cookie the login form sets (http/session.py). Without one a page redirects to
-the login form; with no operator token configured the pages are open only under
-ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 and refused otherwise. Pages never run a
-script, so the Content-Security-Policy allows none; templates autoescape every value.
+Who may see a page and act through a form is ui_guard.py; how a page is answered,
+ui_pages.py. The queue-wide views are routes_ui_runs.py, the forms that act
+routes_ui_actions.py.
+
+Sign-in takes an operator's name and token (the operator of ACTIVITY_CORE_OPERATOR_TOKEN
+is named `operator`), from the UI's own origin only, and is throttled per client address
+and per operator name (operator/sessions.py: 10 failures per client, 20 per name, in 15
+minutes; then 429 with Retry-After). A failure says nothing of what was wrong.
 """
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
-from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
+from ops_contracts import AuditOutcome
 
+from ..operator.audit import Actor, AuditLog, AuditRecord
+from ..operator.sessions import UiSessions, credential_binding
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from ..temporal.pause import AutomationPauses
-from ..ui.render import render, stylesheet
-from .auth import Authenticator
-from .deps import Artefacts, Auth, OperatorToken
-from .session import COOKIE_NAME, COOKIE_PATH, SessionSigner
+from ..ui.render import stylesheet
+from .auth import Authenticator, operator_name_ok
+from .deps import Artefacts
+from .operator_context import request_id_of
+from .ui_guard import (
+    COOKIE_NAME,
+    UiCaller,
+    UiRefusal,
+    client_of,
+    read_form,
+    same_origin_refusal,
+    ui_caller,
+    unavailable,
+)
+from .ui_pages import (
+    answer,
+    clear_session_cookie,
+    page,
+    redirect,
+    refusal_page,
+    secured,
+    set_session_cookie,
+)
 
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
+log = logging.getLogger("activity_core.http.ui")
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-}
 REFRESH_SECONDS = 10
-_MAX_FORM_BYTES = 8192
 _HOME = "/ops/ui/"
 
 AutomationId = Annotated[str, Path(min_length=1, max_length=128)]
 RunId = Annotated[str, Path(min_length=1, max_length=200)]
 
 
-def _secured(response: Response, *, cache: bool = False) -> Response:
-    response.headers.update(SECURITY_HEADERS)
-    response.headers["Cache-Control"] = "private, max-age=300" if cache else "no-store"
-    return response
-
-
-def _sessions(request: Request) -> SessionSigner | None:
-    sessions: SessionSigner | None = getattr(request.app.state, "sessions", None)
-    return sessions
-
-
-def _signed_in(request: Request) -> bool:
-    sessions = _sessions(request)
-    return sessions is not None and sessions.verify(request.cookies.get(COOKIE_NAME))
-
-
-def _page(
-    request: Request,
-    template: str,
-    *,
-    status: int = 200,
-    refresh_seconds: int | None = None,
-    **context: object,
-) -> Response:
-    html = render(
-        template,
-        signed_in=_signed_in(request),
-        refresh_seconds=refresh_seconds,
-        **context,
-    )
-    return _secured(Response(html, status_code=status, media_type="text/html; charset=utf-8"))
-
-
-def _message(request: Request, status: int, heading: str, detail: str, code: str) -> Response:
-    return _page(request, "message.html", status=status, heading=heading, detail=detail, code=code)
-
-
-def _redirect(location: str) -> Response:
-    return _secured(RedirectResponse(location, status_code=303))
-
-
-def _safe_next(value: str | None) -> str:
+def safe_next(value: str | None) -> str:
     """Only a path inside the UI; anything else (another host, a scheme) goes home."""
     if not value or len(value) > 1000 or not value.startswith(_HOME):
         return _HOME
@@ -96,175 +71,179 @@ def _safe_next(value: str | None) -> str:
     return value
 
 
-def _disabled(request: Request) -> Response:
-    return _message(
-        request,
-        403,
-        "The ops UI is disabled",
-        "No operator token is configured (ACTIVITY_CORE_OPERATOR_TOKEN), and open local "
-        "access (ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1) is not enabled.",
-        "unauthenticated",
-    )
+def _auth(request: Request) -> Authenticator:
+    auth: Authenticator = request.app.state.auth
+    return auth
 
 
-def _gate(request: Request, auth: Authenticator, token: str | None) -> Response | None:
-    """None when the caller may see pages; else the response that turns them away."""
-    try:
-        auth.require_operator(token)
-    except QueueRefusal as refusal:
-        if not auth.operator_auth_configured:
-            return _disabled(request)
-        if refusal.code is RefusalCode.forbidden:
-            return _message(
-                request, 403, "Not an operator", "Sign in with the operator token.", "forbidden"
-            )
-        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return _redirect("/ops/ui/login?" + urllib.parse.urlencode({"next": _safe_next(here)}))
-    return None
-
-
-def _refused(request: Request, exc: QueueRefusal | DatabaseUnavailable) -> Response:
-    if isinstance(exc, DatabaseUnavailable):
-        return _message(
-            request,
-            503,
-            "Database unavailable",
-            "The database cannot be reached right now; this page will work again when it is.",
-            "unavailable",
-        )
-    status = REFUSAL_HTTP_STATUS[exc.code]
-    heading = "Not found" if exc.code is RefusalCode.not_found else "Cannot show this page"
-    return _message(request, status, heading, exc.detail, exc.code.value)
+def _sessions(request: Request) -> UiSessions:
+    sessions: UiSessions = request.app.state.ui_sessions
+    return sessions
 
 
 @router.get("/static/ops.css")
 async def css() -> Response:
-    return _secured(Response(stylesheet(), media_type="text/css; charset=utf-8"), cache=True)
+    return secured(Response(stylesheet(), media_type="text/css; charset=utf-8"), cache=True)
 
 
 @router.get("/login")
 async def login_form(
-    request: Request,
-    auth: Auth,
-    token: OperatorToken,
-    next: Annotated[str | None, Query(max_length=1000)] = None,
+    request: Request, next: Annotated[str | None, Query(max_length=1000)] = None
 ) -> Response:
-    if not auth.operator_auth_configured:
-        return _redirect(_HOME) if _gate(request, auth, None) is None else _disabled(request)
-    if _gate(request, auth, token) is None:
-        return _redirect(_safe_next(next))
-    return _page(request, "login.html", failed=False, next=_safe_next(next))
+    target = safe_next(next)
+    try:
+        await ui_caller(request)
+    except UiRefusal as refusal:
+        if refusal.location is None:  # disabled, a worker's credential, no database
+            return refusal_page(request, refusal)
+        return page(None, "login.html", failed=False, next=target, name="")
+    return redirect(target)  # signed in already (or an open operator plane)
 
 
 @router.post("/login")
-async def login(request: Request, auth: Auth) -> Response:
-    sessions = _sessions(request)
-    if sessions is None:
-        return _redirect(_HOME) if _gate(request, auth, None) is None else _disabled(request)
-    form = await _form(request)
-    presented = form.get("token")
-    target = _safe_next(form.get("next"))
+async def login(request: Request) -> Response:
+    auth = _auth(request)
     try:
-        auth.require_operator(presented or None)
+        form = await read_form(request)
+        refusal = same_origin_refusal(request)
+        if refusal is not None:
+            raise refusal
+        if not auth.operator_auth_configured:
+            await ui_caller(request)  # disabled, or an open plane that needs no sign-in
+            return redirect(_HOME)
+        return await _sign_in(
+            request,
+            auth,
+            _sessions(request),
+            form.one("name") or "",
+            form.one("token") or "",
+            safe_next(form.one("next")),
+        )
+    except UiRefusal as refusal:
+        return refusal_page(request, refusal)
+    except DatabaseUnavailable:
+        return refusal_page(request, unavailable())
+
+
+async def _sign_in(
+    request: Request,
+    auth: Authenticator,
+    sessions: UiSessions,
+    name: str,
+    token: str,
+    target: str,
+) -> Response:
+    client = client_of(request)
+    # a name that is no operator's is counted against the client only
+    known = name if operator_name_ok(name) and auth.role_of(name) is not None else None
+    wait = await sessions.throttled(client, known)
+    if wait is not None:
+        log.warning("ops UI sign-in throttled for client %s (operator %s)", client, known)
+        raise UiRefusal(
+            429,
+            "too_many_requests",
+            "Too many sign-in attempts",
+            f"Too many failed sign-ins; try again in {wait} seconds.",
+            retry_after=wait,
+        )
+    try:
+        principal = auth.sign_in(name, token) if known is not None and token else None
     except QueueRefusal:
-        # No reason is given: not whether the token was malformed, a worker's, or wrong.
-        return _page(request, "login.html", status=401, failed=True, next=target)
-    response = _redirect(target)
-    response.set_cookie(
-        COOKIE_NAME,
-        sessions.issue(),
-        max_age=sessions.lifetime_seconds,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
+        principal = None
+    if principal is None:
+        await sessions.failed(client, known)
+        log.warning("ops UI sign-in failed from client %s", client)
+        return page(None, "login.html", status=401, failed=True, next=target, name=name[:100])
+    assert principal.name is not None and principal.role is not None
+    digest = auth.credential_digest(principal.name)
+    assert digest is not None
+    session_id, _ = await sessions.open(principal.name, credential_binding(digest), client)
+    audit: AuditLog = request.app.state.audit
+    await audit.record(
+        Actor(principal.name, principal.role, request_id_of(request)),
+        AuditRecord("ui.sign-in", "ui", AuditOutcome.applied, details={"client": client}),
     )
+    response = redirect(target)
+    set_session_cookie(request, response, session_id)
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    response = _redirect("/ops/ui/login")
-    response.delete_cookie(
-        COOKIE_NAME,
-        path=COOKIE_PATH,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    """Sign out: this session ends on the server (its cookie is worthless wherever it
+    is). `everywhere=1` ends every session of the operator. From the UI's origin only;
+    ending another session than one's own takes its CSRF token."""
+    response = redirect("/ops/ui/login")
+    try:
+        form = await read_form(request)
+        refusal = same_origin_refusal(request)
+        if refusal is not None:
+            raise refusal
+        sessions = _sessions(request)
+        session = await sessions.find(request.cookies.get(COOKIE_NAME))
+        if session is not None:
+            if form.one("csrf_token") != session.csrf_token:
+                raise UiRefusal(
+                    403,
+                    "forbidden",
+                    "Refused: the form is not this session's",
+                    "The form's CSRF token is missing or does not belong to this session.",
+                )
+            if form.one("everywhere") == "1":
+                ended = await sessions.close_all(session.operator)
+                log.info("ops UI: %s signed out everywhere (%d sessions)", session.operator, ended)
+            else:
+                await sessions.close(request.cookies.get(COOKIE_NAME))
+    except UiRefusal as refusal:
+        return refusal_page(request, refusal)
+    except DatabaseUnavailable:
+        return refusal_page(request, unavailable())
+    clear_session_cookie(request, response)
     return response
 
 
-async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded login form, bounded; anything else is an empty form."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type != "application/x-www-form-urlencoded":
-        return {}
-    body = await request.body()
-    if len(body) > _MAX_FORM_BYTES:
-        return {}
-    try:
-        pairs = urllib.parse.parse_qsl(
-            body.decode("utf-8"), keep_blank_values=True, max_num_fields=8
-        )
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return {key: value for key, value in pairs if key in ("token", "next")}
-
-
 @router.get("/")
-async def index(
-    request: Request, auth: Auth, token: OperatorToken, artefacts: Artefacts
-) -> Response:
-    if (denied := _gate(request, auth, token)) is not None:
-        return denied
-    try:
-        automations = await artefacts.automations()
-    except (QueueRefusal, DatabaseUnavailable) as exc:
-        return _refused(request, exc)
-    return _page(request, "index.html", index=automations)
+async def index(request: Request, artefacts: Artefacts) -> Response:
+    async def body(caller: UiCaller) -> Response:
+        return page(caller, "index.html", index=await artefacts.automations())
+
+    return await answer(request, body)
 
 
 @router.get("/automations/{automation_id}")
 async def automation(
     request: Request,
     automation_id: AutomationId,
-    auth: Auth,
-    token: OperatorToken,
     artefacts: Artefacts,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Response:
-    if (denied := _gate(request, auth, token)) is not None:
-        return denied
-    try:
-        page = await artefacts.fires(automation_id, limit=20, cursor=cursor)
+    async def body(caller: UiCaller) -> Response:
+        fires = await artefacts.fires(automation_id, limit=20, cursor=cursor)
         # paused or active, and the next fire times from the Temporal Schedule itself
-        pause = await AutomationPauses(request.app.state.pool, request.app.state.temporal).state(
-            automation_id
+        pauses = AutomationPauses(request.app.state.pool, request.app.state.temporal)
+        pause = await pauses.state(automation_id)
+        audit: AuditLog = request.app.state.audit
+        entries, _ = await audit.page(
+            target=f"automation:{pause.slug}", actor=None, action=None, before=None, limit=20
         )
-    except (QueueRefusal, DatabaseUnavailable) as exc:
-        return _refused(request, exc)
-    return _page(request, "automation.html", page=page, cursor=cursor, pause=pause)
+        return page(
+            caller, "automation.html", page=fires, cursor=cursor, pause=pause, audit=entries
+        )
+
+    return await answer(request, body)
 
 
 @router.get("/automations/{automation_id}/runs/{run_id}")
 async def run_detail(
-    request: Request,
-    automation_id: AutomationId,
-    run_id: RunId,
-    auth: Auth,
-    token: OperatorToken,
-    artefacts: Artefacts,
+    request: Request, automation_id: AutomationId, run_id: RunId, artefacts: Artefacts
 ) -> Response:
-    if (denied := _gate(request, auth, token)) is not None:
-        return denied
-    try:
+    async def body(caller: UiCaller) -> Response:
         detail = await artefacts.fire(automation_id, run_id)
-    except (QueueRefusal, DatabaseUnavailable) as exc:
-        return _refused(request, exc)
-    return _page(
-        request,
-        "run.html",
-        detail=detail,
-        refresh_seconds=REFRESH_SECONDS if detail.run.open else None,
-    )
+        return page(
+            caller,
+            "run.html",
+            detail=detail,
+            refresh_seconds=REFRESH_SECONDS if detail.run.open else None,
+        )
+
+    return await answer(request, body)

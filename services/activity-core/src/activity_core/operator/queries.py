@@ -23,6 +23,15 @@ __all__ = [
     "RUNS_HELD",
     "RUN_BY_KEY",
     "SUMMARY",
+    "UI_LOGIN_FAILURES_PRUNE",
+    "UI_LOGIN_FAILURE_INSERT",
+    "UI_LOGIN_THROTTLE",
+    "UI_SESSIONS_PRUNE",
+    "UI_SESSION_DELETE",
+    "UI_SESSION_DELETE_OPERATOR",
+    "UI_SESSION_FIND",
+    "UI_SESSION_INSERT",
+    "UI_SESSION_TOUCH",
     "WORKERS_SEEN",
 ]
 
@@ -207,4 +216,60 @@ WHERE ($1::text IS NULL OR target = $1)
   AND ($4::bigint IS NULL OR id < $4)
 ORDER BY id DESC
 LIMIT $5
+"""
+
+
+# -- ops UI sessions (sessions.py) -------------------------------------------------------
+
+# $1 id digest, $2 operator, $3 credential binding, $4 csrf token, $5 client, $6 lifetime
+UI_SESSION_INSERT = """
+INSERT INTO ops_ui_sessions (id_digest, operator, credential_digest, csrf_token, client,
+                             expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
+RETURNING operator, credential_digest, csrf_token, created_at, last_seen_at, expires_at,
+          now() AS as_of
+"""
+
+# A session that has expired or sat idle too long is not found (and pruned later).
+# $1 id digest, $2 idle limit
+UI_SESSION_FIND = """
+SELECT operator, credential_digest, csrf_token, created_at, last_seen_at, expires_at,
+       now() AS as_of
+FROM ops_ui_sessions
+WHERE id_digest = $1 AND expires_at > now() AND last_seen_at > now() - $2::interval
+"""
+
+# $1 id digest
+UI_SESSION_TOUCH = "UPDATE ops_ui_sessions SET last_seen_at = now() WHERE id_digest = $1"
+
+# $1 id digest
+UI_SESSION_DELETE = "DELETE FROM ops_ui_sessions WHERE id_digest = $1 RETURNING operator"
+
+# $1 operator
+UI_SESSION_DELETE_OPERATOR = "DELETE FROM ops_ui_sessions WHERE operator = $1"
+
+# $1 idle limit
+UI_SESSIONS_PRUNE = """
+DELETE FROM ops_ui_sessions
+WHERE expires_at <= now() OR last_seen_at <= now() - $1::interval
+"""
+
+# $1 scope, $2 subject
+UI_LOGIN_FAILURE_INSERT = "INSERT INTO ops_ui_login_failures (scope, subject) VALUES ($1, $2)"
+
+# $1 window
+UI_LOGIN_FAILURES_PRUNE = (
+    "DELETE FROM ops_ui_login_failures WHERE failed_at <= now() - $1::interval"
+)
+
+# When a subject's sign-ins open again: the limit-th newest failure of the window leaving
+# it. No row: fewer than `limit` failures in the window (not throttled).
+# $1 scope, $2 subject, $3 window, $4 limit
+UI_LOGIN_THROTTLE = """
+SELECT failed_at + $3::interval - now() AS retry_after
+FROM ops_ui_login_failures
+WHERE scope = $1 AND subject = $2 AND failed_at > now() - $3::interval
+ORDER BY failed_at DESC
+OFFSET $4 - 1
+LIMIT 1
 """

@@ -28,6 +28,23 @@ def _iso(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).isoformat()
 
 
+def _age(seconds: float | None) -> str:
+    """A duration the way an operator says it: 42 s, 5 min, 3 h 12 min, 2 d 4 h."""
+    if seconds is None:
+        return "—"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    minutes = whole // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
 _URL_SAFE_REF = re.compile(r"[A-Za-z0-9._~-]{1,200}")
 
 
@@ -59,6 +76,7 @@ def _environment() -> Environment:
     )
     env.filters["when"] = _when
     env.filters["iso"] = _iso
+    env.filters["age"] = _age
     env.filters["state_class"] = _state_class
     env.filters["seg"] = _segment
     env.filters["fire_ref"] = _fire_ref

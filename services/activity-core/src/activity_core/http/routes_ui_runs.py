@@ -1,0 +1,165 @@
+"""The ops UI's queue-wide views: runs (filtered, keyset pages, counts at the top), one
+run (its explanation, its audit trail and what may be done to it), the dead letter
+(failed and expired runs, requeued one by one or as a selection) and the workers.
+
+Reads only; the forms on these pages post to routes_ui_actions.py. Every query value is
+checked before it reaches the database (ui/run_filters.py): a bad one is shown next to
+its field, never a 422 body or a 500.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from starlette.responses import Response
+
+from ops_contracts import RunState
+
+from ..operator.audit import AuditLog
+from ..operator.views import OperatorViews
+from ..queue.service import QueueService
+from ..ui.run_filters import parse_run_filters
+from .ui_guard import UiCaller
+from .ui_pages import answer, page
+
+router = APIRouter(prefix="/ops/ui", include_in_schema=False)
+
+RUNS_PAGE = 50
+DEAD_LETTER_PAGE = 50
+REFRESH_SECONDS = 10
+# What a redirect after an action may announce on the page it lands on.
+DONE_NOTES = {
+    "requeued": "Requeued: this is the new run.",
+    "cancelled": "Cancelled: the run is failed; its worker stops at its next heartbeat.",
+    "repeated": "This run was requeued before: this is the run that request made.",
+}
+
+RunRef = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _queue(request: Request) -> QueueService:
+    queue: QueueService = request.app.state.queue
+    return queue
+
+
+def _views(request: Request) -> OperatorViews:
+    views: OperatorViews = request.app.state.operator_views
+    return views
+
+
+def _audit(request: Request) -> AuditLog:
+    audit: AuditLog = request.app.state.audit
+    return audit
+
+
+def _params(request: Request) -> dict[str, str]:
+    # the last value of a repeated parameter, as the form sends each field once
+    return dict(request.query_params)
+
+
+@router.get("/runs")
+async def runs(request: Request) -> Response:
+    filters = parse_run_filters(_params(request))
+
+    async def body(caller: UiCaller) -> Response:
+        summary = await _views(request).summary()
+        found: list[dict[str, Any]] = []
+        next_cursor = None
+        if not filters.errors:
+            found, next_cursor = await _queue(request).list(filters.list_filter(RUNS_PAGE))
+        return page(
+            caller,
+            "runs.html",
+            summary=summary,
+            filters=filters,
+            runs=found,
+            next_query=filters.query(cursor=next_cursor) if next_cursor else None,
+            states=[s.value for s in RunState],
+        )
+
+    return await answer(request, body)
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, run_id: RunRef) -> Response:
+    done = DONE_NOTES.get(request.query_params.get("done", ""))
+
+    async def body(caller: UiCaller) -> Response:
+        try:
+            parsed = uuid.UUID(run_id)
+        except ValueError:
+            return page(
+                caller,
+                "message.html",
+                status=404,
+                heading="Not found",
+                detail="No ops run has this id.",
+                code="not_found",
+            )
+        run = await _queue(request).get(parsed)
+        state, reasons = await _views(request).explain(parsed)
+        entries, _ = await _audit(request).page(target=f"ops_run:{parsed}", limit=50)
+        live = state in (RunState.open, RunState.claimed)
+        return page(
+            caller,
+            "ops_run.html",
+            run=run,
+            reasons=reasons,
+            audit=entries,
+            done=done,
+            refresh_seconds=REFRESH_SECONDS if live else None,
+        )
+
+    return await answer(request, body)
+
+
+def _dead_letter_filters(params: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    values = {k: params[k].strip() for k in ("automation", "requeued") if params.get(k, "").strip()}
+    errors: dict[str, str] = {}
+    automation = values.get("automation")
+    if automation is not None and (len(automation) > 128 or not automation.isprintable()):
+        errors["automation"] = "an automation's id: at most 128 printable characters"
+    if values.get("requeued") not in (None, "yes", "no"):
+        errors["requeued"] = "yes, no or any"
+    return values, errors
+
+
+@router.get("/dead-letter")
+async def dead_letter(request: Request) -> Response:
+    params = _params(request)
+    values, errors = _dead_letter_filters(params)
+    cursor = params.get("cursor") or None
+    if cursor is not None and len(cursor) > 200:
+        errors["cursor"] = "not a page of this view"
+
+    async def body(caller: UiCaller) -> Response:
+        found: list[dict[str, Any]] = []
+        next_cursor = None
+        if not errors:
+            requeued = {"yes": True, "no": False}.get(values.get("requeued", ""))
+            found, next_cursor = await _views(request).dead_letter(
+                automation=values.get("automation"),
+                requeued=requeued,
+                cursor=cursor,
+                limit=DEAD_LETTER_PAGE,
+            )
+        return page(
+            caller,
+            "dead_letter.html",
+            runs=found,
+            values=values,
+            errors=errors,
+            next_query={**values, "cursor": next_cursor} if next_cursor else None,
+        )
+
+    return await answer(request, body)
+
+
+@router.get("/workers")
+async def workers(request: Request) -> Response:
+    async def body(caller: UiCaller) -> Response:
+        return page(caller, "workers.html", workers=await _views(request).workers())
+
+    return await answer(request, body)
