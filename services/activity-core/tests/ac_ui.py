@@ -3,13 +3,20 @@ the session's CSRF token from a page, post forms from the UI's own origin."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ac_testkit import OPERATOR_TOKEN
 
+# Named operators of the operators file `named_operators` writes.
+ALICE = "alice-token-0123456789abcdef"  # an operator
+BOB = "bob-viewer-token-0123456789"  # a viewer
 FORM = {"content-type": "application/x-www-form-urlencoded"}
 ORIGIN = "http://activity-core.test"  # the test clients' base URL
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -83,3 +90,23 @@ async def post_form(
             **(headers or {}),
         },
     )
+
+
+def now() -> datetime:
+    return datetime.now().astimezone()
+
+
+def token_digest(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def named_operators(path: Path, operators: dict[str, Any] | None = None) -> str:
+    """An operators file (ACTIVITY_CORE_OPERATORS_FILE): `operators`, by default alice
+    (operator) and bob (viewer). Its path, as the setting takes it."""
+    if operators is None:
+        operators = {
+            "alice": {"token": token_digest(ALICE), "role": "operator"},
+            "bob": {"token": token_digest(BOB), "role": "viewer"},
+        }
+    path.write_text(json.dumps({"operators": operators}), encoding="utf-8")
+    return str(path)

@@ -9,12 +9,10 @@ The runs view's screenshot in the README (docs/img/ops-ui-runs.png) is a copy of
 
 from __future__ import annotations
 
-import hashlib
 import http.server
-import json
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,33 +23,13 @@ import pytest
 from ac_browser import ARTIFACTS, chromium, sign_in
 from ac_browser import served as serve_app
 from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue
-
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-viewer-token-0123456789"
-
-
-def now() -> datetime:
-    return datetime.now().astimezone()
-
-
-def digest(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+from ac_ui import ALICE, BOB, named_operators, now
 
 
 @pytest.fixture
 def base_url(db_dsn: str, tmp_path: Path) -> Iterator[str]:
-    path = tmp_path / "operators.json"
-    path.write_text(
-        json.dumps(
-            {
-                "operators": {
-                    "alice": {"token": digest(ALICE), "role": "operator"},
-                    "bob": {"token": digest(BOB), "role": "viewer"},
-                }
-            }
-        )
-    )
-    with serve_app(db_dsn, ACTIVITY_CORE_OPERATORS_FILE=str(path)) as url:
+    path = named_operators(tmp_path / "operators.json")
+    with serve_app(db_dsn, ACTIVITY_CORE_OPERATORS_FILE=path) as url:
         yield url
 
 

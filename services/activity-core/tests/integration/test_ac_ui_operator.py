@@ -6,11 +6,9 @@ test_ac_ui_browser_operator.py."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,34 +16,13 @@ import asyncpg
 import pytest
 
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
-from ac_ui import csrf_in, csrf_of, post_form, session, signed_in
-
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-viewer-token-0123456789"
-
-
-def now() -> datetime:
-    return datetime.now().astimezone()
-
-
-def digest(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+from ac_ui import ALICE, BOB, csrf_in, csrf_of, named_operators, now, post_form, session, signed_in
 
 
 @pytest.fixture
 async def named_api(tmp_path: Path, app_factory: Any) -> AppClient:
-    path = tmp_path / "operators.json"
-    path.write_text(
-        json.dumps(
-            {
-                "operators": {
-                    "alice": {"token": digest(ALICE), "role": "operator"},
-                    "bob": {"token": digest(BOB), "role": "viewer"},
-                }
-            }
-        )
-    )
-    api: AppClient = await app_factory(ACTIVITY_CORE_OPERATORS_FILE=str(path))
+    path = named_operators(tmp_path / "operators.json")
+    api: AppClient = await app_factory(ACTIVITY_CORE_OPERATORS_FILE=path)
     return api
 
 

@@ -14,31 +14,25 @@ import httpx
 import pytest
 
 from ac_testkit import AppClient, SeededQueue
-from ac_ui import FORM, ORIGIN, csrf_of, login, post_form, session, signed_in
+from ac_ui import (
+    ALICE,
+    BOB,
+    FORM,
+    ORIGIN,
+    csrf_of,
+    login,
+    named_operators,
+    post_form,
+    session,
+    signed_in,
+    token_digest,
+)
 from activity_core.operator.sessions import LOGIN_LIMIT_PER_CLIENT, LOGIN_LIMIT_PER_OPERATOR
-
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-viewer-token-0123456789"
-
-
-def digest(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
-
-
-def operators_file(path: Path, operators: dict[str, Any]) -> str:
-    path.write_text(json.dumps({"operators": operators}), encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture
 def named(tmp_path: Path) -> str:
-    return operators_file(
-        tmp_path / "operators.json",
-        {
-            "alice": {"token": digest(ALICE), "role": "operator"},
-            "bob": {"token": digest(BOB), "role": "viewer"},
-        },
-    )
+    return named_operators(tmp_path / "operators.json")
 
 
 def client_at(api: AppClient, address: str) -> httpx.AsyncClient:
@@ -98,19 +92,19 @@ async def test_a_removed_operator_loses_its_sessions_and_a_demoted_one_can_only_
     app_factory: Any, tmp_path: Path, seeded: SeededQueue, db: asyncpg.Connection
 ) -> None:
     path = tmp_path / "operators.json"
-    operators_file(
+    named_operators(
         path,
         {
-            "alice": {"token": digest(ALICE), "role": "operator"},
-            "carol": {"token": digest("carol-token-0123456789ab"), "role": "operator"},
+            "alice": {"token": token_digest(ALICE), "role": "operator"},
+            "carol": {"token": token_digest("carol-token-0123456789ab"), "role": "operator"},
         },
     )
     api = await app_factory(ACTIVITY_CORE_OPERATORS_FILE=str(path))
     alice = await signed_in(api.http, ALICE, "alice")
     carol = await signed_in(api.http, "carol-token-0123456789ab", "carol")
-    operators_file(
+    named_operators(
         path,
-        {"alice": {"token": digest(ALICE), "role": "viewer"}},
+        {"alice": {"token": token_digest(ALICE), "role": "viewer"}},
     )
     restarted = await app_factory(ACTIVITY_CORE_OPERATORS_FILE=str(path))
     assert (await restarted.http.get("/ops/ui/", headers=session(carol))).status_code == 303

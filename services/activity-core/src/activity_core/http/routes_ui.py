@@ -27,7 +27,7 @@ from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from ..temporal.pause import AutomationPauses
 from ..ui.render import stylesheet
 from .auth import Authenticator, operator_name_ok
-from .deps import Artefacts
+from .deps import Artefacts, Audit
 from .operator_context import request_id_of
 from .ui_guard import (
     COOKIE_NAME,
@@ -215,6 +215,7 @@ async def automation(
     request: Request,
     automation_id: AutomationId,
     artefacts: Artefacts,
+    audit: Audit,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Response:
     async def body(caller: UiCaller) -> Response:
@@ -222,7 +223,6 @@ async def automation(
         # paused or active, and the next fire times from the Temporal Schedule itself
         pauses = AutomationPauses(request.app.state.pool, request.app.state.temporal)
         pause = await pauses.state(automation_id)
-        audit: AuditLog = request.app.state.audit
         entries, _ = await audit.page(
             target=f"automation:{pause.slug}", actor=None, action=None, before=None, limit=20
         )

@@ -20,14 +20,12 @@ from starlette.responses import Response
 
 from ops_contracts import MAX_CANCEL_REASON_LENGTH, REFUSAL_HTTP_STATUS, AuditOutcome
 
-from ..operator.actions import RequeueResult, RunActions
+from ..operator.actions import RequeueResult
 from ..operator.audit import AuditLog, audit_target
-from ..operator.views import OperatorViews
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from ..temporal.errors import TemporalUnavailable
 from ..temporal.pause import MAX_REASON_LENGTH, AutomationPauses
-from .ui_guard import UiCaller, UiRefusal, acting_caller, unavailable
-from .ui_pages import page, queue_refusal, redirect, refusal_page
+from .deps import Actions, Audit, Views
+from .ui_guard import Form, UiCaller, UiRefusal
+from .ui_pages import answer_form, page, redirect
 
 __all__ = ["router"]
 
@@ -42,11 +40,6 @@ AutomationRef = Annotated[str, Path(min_length=1, max_length=128)]
 _AUTOMATION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
-def _actions(request: Request) -> RunActions:
-    actions: RunActions = request.app.state.run_actions
-    return actions
-
-
 def _run_id(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
@@ -54,49 +47,22 @@ def _run_id(value: str) -> uuid.UUID:
         raise UiRefusal(404, "not_found", "Not found", "No ops run has this id.") from None
 
 
-async def _acting(request: Request, action: str, target: str, do: Any) -> Response:
-    """Admit the form (ui_guard), run `do(caller, form)`, and answer every refusal as a
-    page that changed nothing."""
-    caller: UiCaller | None = None
-    try:
-        caller, form = await acting_caller(request, action=action, target=target)
-        response: Response = await do(caller, form)
-        return response
-    except UiRefusal as refusal:
-        return refusal_page(request, refusal, caller)
-    except QueueRefusal as exc:
-        return refusal_page(request, queue_refusal(exc), caller)
-    except DatabaseUnavailable:
-        return refusal_page(request, unavailable(), caller)
-    except TemporalUnavailable:
-        return refusal_page(
-            request,
-            UiRefusal(
-                503,
-                "unavailable",
-                "Temporal unavailable",
-                "Temporal cannot be reached right now; nothing was changed. Try again.",
-            ),
-            caller,
-        )
-
-
 @router.post("/runs/{run_id}/requeue")
-async def requeue_run(request: Request, run_id: RunRef) -> Response:
-    async def do(caller: UiCaller, form: Any) -> Response:
+async def requeue_run(request: Request, run_id: RunRef, actions: Actions) -> Response:
+    async def do(caller: UiCaller, form: Form) -> Response:
         parsed = _run_id(run_id)
         # no Idempotency-Key: the run itself is the key, so a form posted twice (a
         # double click, a resent request) finds the successor the first one made
-        successor, created = await _actions(request).requeue(caller.actor(request), parsed, None)
+        successor, created = await actions.requeue(caller.actor(request), parsed, None)
         done = "requeued" if created else "repeated"
         return redirect(f"/ops/ui/runs/{successor['id']}?done={done}")
 
-    return await _acting(request, "requeue", audit_target("ops_run", run_id), do)
+    return await answer_form(request, "requeue", audit_target("ops_run", run_id), do)
 
 
 @router.post("/runs/{run_id}/cancel")
-async def cancel_run(request: Request, run_id: RunRef) -> Response:
-    async def do(caller: UiCaller, form: Any) -> Response:
+async def cancel_run(request: Request, run_id: RunRef, actions: Actions) -> Response:
+    async def do(caller: UiCaller, form: Form) -> Response:
         parsed = _run_id(run_id)
         reason = (form.one("reason") or "").strip()
         if not reason or len(reason) > MAX_CANCEL_REASON_LENGTH:
@@ -107,23 +73,23 @@ async def cancel_run(request: Request, run_id: RunRef) -> Response:
                 f"Say why the run is cancelled (1-{MAX_CANCEL_REASON_LENGTH} characters); "
                 "nothing was changed.",
             )
-        await _actions(request).cancel(caller.actor(request), parsed, reason)
+        await actions.cancel(caller.actor(request), parsed, reason)
         return redirect(f"/ops/ui/runs/{parsed}?done=cancelled")
 
-    return await _acting(request, "cancel", audit_target("ops_run", run_id), do)
+    return await answer_form(request, "cancel", audit_target("ops_run", run_id), do)
 
 
 @router.post("/dead-letter/requeue")
-async def requeue_selection(request: Request) -> Response:
+async def requeue_selection(request: Request, actions: Actions, views: Views) -> Response:
     """`run_id` (repeated): the selection; `one`: the row whose own button was pressed;
     `matching=1` with the view's `automation` filter: every failed or expired run of it
     not requeued yet, newest first, 100 at most."""
 
-    async def do(caller: UiCaller, form: Any) -> Response:
-        if form.one("one"):
-            texts = [form.one("one")]
+    async def do(caller: UiCaller, form: Form) -> Response:
+        texts: list[str]
+        if one := form.one("one"):
+            texts = [one]
         elif form.one("matching") == "1":
-            views: OperatorViews = request.app.state.operator_views
             automation = (form.one("automation") or "").strip() or None
             if automation is not None and (len(automation) > 128 or not automation.isprintable()):
                 raise UiRefusal(
@@ -147,10 +113,10 @@ async def requeue_selection(request: Request) -> Response:
                 f"Requeue at most {MAX_BULK} runs at a time; nothing was changed.",
             )
         ids = [_run_id(text) for text in texts]
-        results = await _actions(request).requeue_many(caller.actor(request), ids, None)
+        results = await actions.requeue_many(caller.actor(request), ids, None)
         return page(caller, "requeue_results.html", results=[_outcome(r) for r in results])
 
-    return await _acting(request, "requeue", "queue", do)
+    return await answer_form(request, "requeue", "queue", do)
 
 
 def _outcome(result: RequeueResult) -> dict[str, Any]:
@@ -171,15 +137,16 @@ def _outcome(result: RequeueResult) -> dict[str, Any]:
     }
 
 
-async def _pause_or_resume(request: Request, automation_id: str, *, pause: bool) -> Response:
+async def _pause_or_resume(
+    request: Request, automation_id: str, audit: AuditLog, *, pause: bool
+) -> Response:
     action = "automation.pause" if pause else "automation.resume"
     target = audit_target("automation", automation_id)
 
-    async def do(caller: UiCaller, form: Any) -> Response:
+    async def do(caller: UiCaller, form: Form) -> Response:
         if not _AUTOMATION_ID.fullmatch(automation_id):
             raise UiRefusal(404, "not_found", "Not found", "No automation has this id.")
         pauses = AutomationPauses(request.app.state.pool, request.app.state.temporal)
-        audit: AuditLog = request.app.state.audit
         reason = (form.one("reason") or "").strip() or None
         if reason is not None and len(reason) > MAX_REASON_LENGTH:
             raise UiRefusal(
@@ -199,14 +166,18 @@ async def _pause_or_resume(request: Request, automation_id: str, *, pause: bool)
             act.details = {"slug": state.slug, "schedule": state.schedule}
         return redirect(f"/ops/ui/automations/{state.slug}")
 
-    return await _acting(request, action, target, do)
+    return await answer_form(request, action, target, do)
 
 
 @router.post("/automations/{automation_id}/pause")
-async def pause_automation(request: Request, automation_id: AutomationRef) -> Response:
-    return await _pause_or_resume(request, automation_id, pause=True)
+async def pause_automation(
+    request: Request, automation_id: AutomationRef, audit: Audit
+) -> Response:
+    return await _pause_or_resume(request, automation_id, audit, pause=True)
 
 
 @router.post("/automations/{automation_id}/resume")
-async def resume_automation(request: Request, automation_id: AutomationRef) -> Response:
-    return await _pause_or_resume(request, automation_id, pause=False)
+async def resume_automation(
+    request: Request, automation_id: AutomationRef, audit: Audit
+) -> Response:
+    return await _pause_or_resume(request, automation_id, audit, pause=False)

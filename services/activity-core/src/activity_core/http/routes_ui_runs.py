@@ -17,10 +17,8 @@ from starlette.responses import Response
 
 from ops_contracts import RunState
 
-from ..operator.audit import AuditLog
-from ..operator.views import OperatorViews
-from ..queue.service import QueueService
 from ..ui.run_filters import parse_run_filters
+from .deps import Audit, Queue, Views
 from .ui_guard import UiCaller
 from .ui_pages import answer, page
 
@@ -39,36 +37,21 @@ DONE_NOTES = {
 RunRef = Annotated[str, Path(min_length=1, max_length=200)]
 
 
-def _queue(request: Request) -> QueueService:
-    queue: QueueService = request.app.state.queue
-    return queue
-
-
-def _views(request: Request) -> OperatorViews:
-    views: OperatorViews = request.app.state.operator_views
-    return views
-
-
-def _audit(request: Request) -> AuditLog:
-    audit: AuditLog = request.app.state.audit
-    return audit
-
-
 def _params(request: Request) -> dict[str, str]:
     # the last value of a repeated parameter, as the form sends each field once
     return dict(request.query_params)
 
 
 @router.get("/runs")
-async def runs(request: Request) -> Response:
+async def runs(request: Request, queue: Queue, views: Views) -> Response:
     filters = parse_run_filters(_params(request))
 
     async def body(caller: UiCaller) -> Response:
-        summary = await _views(request).summary()
+        summary = await views.summary()
         found: list[dict[str, Any]] = []
         next_cursor = None
         if not filters.errors:
-            found, next_cursor = await _queue(request).list(filters.list_filter(RUNS_PAGE))
+            found, next_cursor = await queue.list(filters.list_filter(RUNS_PAGE))
         return page(
             caller,
             "runs.html",
@@ -83,7 +66,9 @@ async def runs(request: Request) -> Response:
 
 
 @router.get("/runs/{run_id}")
-async def run_page(request: Request, run_id: RunRef) -> Response:
+async def run_page(
+    request: Request, run_id: RunRef, queue: Queue, views: Views, audit: Audit
+) -> Response:
     done = DONE_NOTES.get(request.query_params.get("done", ""))
 
     async def body(caller: UiCaller) -> Response:
@@ -98,9 +83,9 @@ async def run_page(request: Request, run_id: RunRef) -> Response:
                 detail="No ops run has this id.",
                 code="not_found",
             )
-        run = await _queue(request).get(parsed)
-        state, reasons = await _views(request).explain(parsed)
-        entries, _ = await _audit(request).page(target=f"ops_run:{parsed}", limit=50)
+        run = await queue.get(parsed)
+        state, reasons = await views.explain(parsed)
+        entries, _ = await audit.page(target=f"ops_run:{parsed}", limit=50)
         live = state in (RunState.open, RunState.claimed)
         return page(
             caller,
@@ -127,7 +112,7 @@ def _dead_letter_filters(params: dict[str, str]) -> tuple[dict[str, str], dict[s
 
 
 @router.get("/dead-letter")
-async def dead_letter(request: Request) -> Response:
+async def dead_letter(request: Request, views: Views) -> Response:
     params = _params(request)
     values, errors = _dead_letter_filters(params)
     cursor = params.get("cursor") or None
@@ -139,7 +124,7 @@ async def dead_letter(request: Request) -> Response:
         next_cursor = None
         if not errors:
             requeued = {"yes": True, "no": False}.get(values.get("requeued", ""))
-            found, next_cursor = await _views(request).dead_letter(
+            found, next_cursor = await views.dead_letter(
                 automation=values.get("automation"),
                 requeued=requeued,
                 cursor=cursor,
@@ -158,8 +143,8 @@ async def dead_letter(request: Request) -> Response:
 
 
 @router.get("/workers")
-async def workers(request: Request) -> Response:
+async def workers(request: Request, views: Views) -> Response:
     async def body(caller: UiCaller) -> Response:
-        return page(caller, "workers.html", workers=await _views(request).workers())
+        return page(caller, "workers.html", workers=await views.workers())
 
     return await answer(request, body)

@@ -39,7 +39,8 @@ from ..operator.audit import Actor, AuditLog
 from ..operator.sessions import UiSession, UiSessions, credential_binding
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from ..settings import ActivityCoreSettings
-from .auth import ANONYMOUS_OPERATOR_NAME, Authenticator, bearer_token
+from .auth import ANONYMOUS_OPERATOR_NAME, Authenticator
+from .deps import operator_token_of
 from .operator_context import request_id_of
 
 __all__ = [
@@ -216,15 +217,6 @@ def session_role(auth: Authenticator, session: UiSession) -> OperatorRole | None
     return auth.role_of(session.operator)
 
 
-def _header_token(request: Request) -> str | None:
-    headers = request.headers
-    return (
-        headers.get("x-operator-token")
-        or bearer_token(headers.get("authorization"))
-        or headers.get("x-worker-token")
-    )
-
-
 def sign_in_location(request: Request) -> str:
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if request.method != "GET":
@@ -237,7 +229,7 @@ async def ui_caller(request: Request) -> UiCaller:
     worker's credential or a UI that no credential opens, 503 without the database."""
     auth: Authenticator = request.app.state.auth
     sessions: UiSessions = request.app.state.ui_sessions
-    token = _header_token(request)
+    token = operator_token_of(request)
     if token:
         try:
             principal = auth.require_viewer(token)

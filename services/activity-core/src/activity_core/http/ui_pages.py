@@ -24,16 +24,21 @@ from ..ui.render import render
 from .ui_guard import (
     COOKIE_NAME,
     COOKIE_PATH,
+    Form,
     UiCaller,
     UiRefusal,
+    acting_caller,
     cookie_is_secure,
     ui_caller,
     unavailable,
 )
 
 __all__ = [
+    "ANSWERED",
     "SECURITY_HEADERS",
     "answer",
+    "answer_form",
+    "as_refusal",
     "clear_session_cookie",
     "page",
     "redirect",
@@ -130,30 +135,52 @@ def queue_refusal(exc: QueueRefusal) -> UiRefusal:
     return UiRefusal(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, heading, exc.detail)
 
 
+# Everything a page or a form may raise that is answered as a page (nothing changed).
+ANSWERED = (UiRefusal, QueueRefusal, DatabaseUnavailable, TemporalUnavailable)
+
+
+def as_refusal(exc: Exception) -> UiRefusal:
+    """The page an exception of ANSWERED is answered with."""
+    if isinstance(exc, UiRefusal):
+        return exc
+    if isinstance(exc, QueueRefusal):
+        return queue_refusal(exc)
+    if isinstance(exc, TemporalUnavailable):
+        log.warning("ops UI: Temporal unavailable: %s", exc)
+        return UiRefusal(
+            503,
+            "unavailable",
+            "Temporal unavailable",
+            "Temporal cannot be reached right now; nothing was changed. Try again.",
+        )
+    return unavailable()
+
+
 async def answer(request: Request, body: Callable[[UiCaller], Awaitable[Response]]) -> Response:
     """Find the caller, let `body` make the page, and answer every refusal as a page."""
     caller: UiCaller | None = None
     try:
         caller = await ui_caller(request)
         response = await body(caller)
-    except UiRefusal as refusal:
-        return refusal_page(request, refusal, caller)
-    except QueueRefusal as exc:
-        return refusal_page(request, queue_refusal(exc), caller)
-    except DatabaseUnavailable:
-        return refusal_page(request, unavailable(), caller)
-    except TemporalUnavailable as exc:
-        log.warning("ops UI: Temporal unavailable: %s", exc)
-        return refusal_page(
-            request,
-            UiRefusal(
-                503,
-                "unavailable",
-                "Temporal unavailable",
-                "Temporal cannot be reached right now; nothing was changed. Try again.",
-            ),
-            caller,
-        )
+    except ANSWERED as exc:
+        return refusal_page(request, as_refusal(exc), caller)
     if caller.new_session_id is not None:
         set_session_cookie(request, response, caller.new_session_id)
     return response
+
+
+async def answer_form(
+    request: Request,
+    action: str,
+    target: str,
+    body: Callable[[UiCaller, Form], Awaitable[Response]],
+) -> Response:
+    """Admit a form that acts (ui_guard.acting_caller: `action` on `target` is what a
+    viewer's refused attempt is audited as), let `body` act, and answer every refusal as
+    a page that changed nothing."""
+    caller: UiCaller | None = None
+    try:
+        caller, form = await acting_caller(request, action=action, target=target)
+        return await body(caller, form)
+    except ANSWERED as exc:
+        return refusal_page(request, as_refusal(exc), caller)
