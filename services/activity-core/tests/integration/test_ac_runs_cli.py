@@ -8,43 +8,17 @@ import asyncio
 import hashlib
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
+from ac_serve import Done, free_port, serve_env, serve_process
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, SeededQueue
 from activity_core.operator.cli import main
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
 VIEWER_TOKEN = "viewer-token-for-the-cli-test-0123"
-
-
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -52,45 +26,15 @@ async def served(db_dsn: str, tmp_path: Path) -> AsyncIterator[str]:
     operators = tmp_path / "operators.json"
     digest = "sha256:" + hashlib.sha256(VIEWER_TOKEN.encode()).hexdigest()
     operators.write_text(json.dumps({"operators": {"vera": {"token": digest, "role": "viewer"}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_"))}
-    env.update(
-        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+    env = serve_env(
+        db_dsn,
         ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
         ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
         ACTIVITY_CORE_WORKER_ID=WORKER_ID,
         ACTIVITY_CORE_OPERATORS_FILE=str(operators),
-        ACTIVITY_CORE_LOG_LEVEL="WARNING",
     )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(EXECUTABLE), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(base_url=url, timeout=2, trust_env=False) as probe:
-            while True:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "serve did not become ready"
-                try:
-                    if (await probe.get("/readyz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
+    async with serve_process(env) as (_, url):
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
 
 
 async def runs(url: str | None, *argv: str, token: str | None = OPERATOR_TOKEN, **env: str) -> Done:
@@ -224,6 +168,6 @@ async def test_the_token_file_and_configuration_errors(
         assert said in done.err, done.err
         assert len(done.err.strip().splitlines()) == 1
 
-    unreachable = await runs(f"http://127.0.0.1:{_free_port()}", "list")
+    unreachable = await runs(f"http://127.0.0.1:{free_port()}", "list")
     assert unreachable.code == 3
     assert unreachable.err.startswith("activity-core runs: activity-core is not reachable at ")

@@ -13,7 +13,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -24,20 +23,13 @@ import asyncpg
 import httpx
 import pytest
 
+from ac_serve import EXECUTABLE, serve_env, serve_process
 from ac_testkit import SeededQueue
 from activity_core.db.pool import init_connection
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
 OPERATOR_TOKEN = "operator-token-for-workers-test"
 WORKER_ID = "rein-aharness@workers-test"
 WORKER_TOKEN = "worker-token-for-workers-test-0123"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _children(pid: int) -> set[int]:
@@ -73,57 +65,20 @@ class Served:
 
 
 def _serve_env(db_dsn: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"))
-    }
-    env.update(
-        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+    return serve_env(
+        db_dsn,
         ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
         ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
         ACTIVITY_CORE_WORKER_ID=WORKER_ID,
-        ACTIVITY_CORE_LOG_LEVEL="WARNING",
     )
-    return env
 
 
 @pytest.fixture
 async def served(db_dsn: str) -> AsyncIterator[Served]:
-    port = _free_port()
-    env = _serve_env(db_dsn)
-    proc = subprocess.Popen(
-        [str(EXECUTABLE), "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(base_url=base_url, timeout=2, trust_env=False) as probe:
-            while True:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "serve --workers 2 did not become ready"
-                try:
-                    if (await probe.get("/readyz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
+    async with serve_process(_serve_env(db_dsn), "--workers", "2") as (proc, base_url):
         # the supervisor's children: two workers (and multiprocessing's resource tracker)
         workers = [pid for pid in _children(proc.pid) if "spawn_main" in _cmdline(pid)]
         yield Served(proc, base_url, workers)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
 
 
 def _cmdline(pid: int) -> str:

@@ -5,80 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
+from ac_serve import Done, serve_env, serve_process
 from ac_temporal_kit import TemporalHarness, definition
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN
 from activity_core.cli_automations import main
 from activity_core.temporal.dev_server import free_port
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
-
-
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
 
 @pytest.fixture
 async def served(temporal: TemporalHarness, db_dsn: str) -> AsyncIterator[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_"))}
-    env.update(
-        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+    env = serve_env(
+        db_dsn,
         ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
         ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
         ACTIVITY_CORE_WORKER_ID="w-cli",
-        ACTIVITY_CORE_LOG_LEVEL="WARNING",
         TEMPORAL_ADDRESS=temporal.settings.temporal_address or "",
         TEMPORAL_TASK_QUEUE=temporal.task_queue,
     )
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(EXECUTABLE), "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(base_url=url, timeout=2, trust_env=False) as probe:
-            while True:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "serve did not become ready"
-                try:
-                    if (await probe.get("/readyz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
+    async with serve_process(env) as (_, url):
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
 
 
 async def automations(url: str | None, *argv: str, token: str | None = OPERATOR_TOKEN) -> Done:

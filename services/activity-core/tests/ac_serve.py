@@ -1,0 +1,93 @@
+"""`activity-core serve` as a real process on the test database, for the tests that drive
+it over HTTP (the operator CLIs, `serve --workers`): started on a free port with an
+environment of only what it is given, ready when /readyz says so, stopped with SIGTERM
+(SIGKILL to its process group if it does not stop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+EXECUTABLE = Path(sys.executable).with_name("activity-core")
+
+
+@dataclass
+class Done:
+    """What a CLI run printed and returned."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def serve_env(db_dsn: str, **settings: str) -> dict[str, str]:
+    """This process's environment without any of the service's own variables, plus the
+    test database and `settings`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"))
+    }
+    env.update(ACTIVITY_CORE_DATABASE_URL=db_dsn, ACTIVITY_CORE_LOG_LEVEL="WARNING", **settings)
+    return env
+
+
+@asynccontextmanager
+async def serve_process(
+    env: dict[str, str], *args: str
+) -> AsyncIterator[tuple[subprocess.Popen[str], str]]:
+    """`activity-core serve --port <free> *args`: (the process, its base URL) once ready."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(EXECUTABLE), "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(base_url=url, timeout=2, trust_env=False) as probe:
+            while True:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, f"serve {' '.join(args)} did not become ready"
+                try:
+                    if (await probe.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
