@@ -8,7 +8,7 @@
 
 AUTOMATION is a slug or a UUID. Each prints a table (or lines) by default and the API's
 JSON with `--json`. The API, the credential and the exit codes are those of
-`activity-core runs` (operator/cli.py, whose plumbing this reuses): ACTIVITY_CORE_API_URL
+`activity-core runs` (the plumbing of both is operator/api_cli.py): ACTIVITY_CORE_API_URL
 (or `--url`), the token from ACTIVITY_CORE_OPERATOR_TOKEN_FILE or
 ACTIVITY_CORE_OPERATOR_TOKEN. Exit codes: 0 done (a repeated pause or resume included);
 1 refused (not_found, state_conflict: manual only, paused by its file, or a fire of a paused
@@ -21,27 +21,23 @@ It talks to the API only (httpx); it imports nothing of the service.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import httpx
 
-from .operator.cli import (
+from .operator.api_cli import (
     EXIT_OK,
-    TIMEOUT_SECONDS,
     URL_VARIABLE,
     Api,
-    CliError,
+    Command,
     Io,
-    _base_url,
-    _cut,
-    _json,
-    _Parser,
-    _table,
-    _token,
+    Parser,
+    cut,
+    print_json,
+    print_table,
+    run_cli,
 )
 
 __all__ = ["main"]
@@ -84,7 +80,7 @@ def _describe(io: Io, view: dict[str, Any]) -> None:
 def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
     index = api.call("GET", "/ops/automations").body
     if args.json:
-        _json(io.out, index)
+        print_json(io.out, index)
         return EXIT_OK
     rows = []
     for automation in index["automations"]:
@@ -104,17 +100,17 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
                 schedule["cron"] if schedule else "manual",
                 next_fire,
                 f"{last['started_at'][:19]} {last['status']}" if last else "never",
-                _cut(automation["title"], 40),
+                cut(automation["title"], 40),
             ]
         )
-    _table(io.out, ["SLUG", "STATE", "SCHEDULE", "NEXT FIRE", "LAST FIRE", "TITLE"], rows)
+    print_table(io.out, ["SLUG", "STATE", "SCHEDULE", "NEXT FIRE", "LAST FIRE", "TITLE"], rows)
     return EXIT_OK
 
 
 def cmd_show(api: Api, args: argparse.Namespace, io: Io) -> int:
     view = api.call("GET", _path(args.automation)).body
     if args.json:
-        _json(io.out, view)
+        print_json(io.out, view)
     else:
         _describe(io, view)
     return EXIT_OK
@@ -124,7 +120,7 @@ def cmd_pause(api: Api, args: argparse.Namespace, io: Io) -> int:
     body = {"reason": args.reason} if args.reason is not None else None
     view = api.call("POST", _path(args.automation, "/pause"), body=body).body
     if args.json:
-        _json(io.out, view)
+        print_json(io.out, view)
     else:
         _describe(io, view)
     return EXIT_OK
@@ -133,7 +129,7 @@ def cmd_pause(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_resume(api: Api, args: argparse.Namespace, io: Io) -> int:
     view = api.call("POST", _path(args.automation, "/resume")).body
     if args.json:
-        _json(io.out, view)
+        print_json(io.out, view)
     else:
         _describe(io, view)
     return EXIT_OK
@@ -147,7 +143,7 @@ def cmd_fire(api: Api, args: argparse.Namespace, io: Io) -> int:
         body["params"] = dict(args.param)
     started = api.call("POST", _path(args.automation, "/fire"), ok=(202,), body=body).body
     if args.json:
-        _json(io.out, started)
+        print_json(io.out, started)
     else:
         io.out.write(
             f"started {started['workflow_id']} (run {started['run_id']}, "
@@ -156,7 +152,7 @@ def cmd_fire(api: Api, args: argparse.Namespace, io: Io) -> int:
     return EXIT_OK
 
 
-COMMANDS: dict[str, Callable[[Api, argparse.Namespace, Io], int]] = {
+COMMANDS: dict[str, Command] = {
     "list": cmd_list,
     "show": cmd_show,
     "pause": cmd_pause,
@@ -173,9 +169,9 @@ def _param(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="operator actions on automations")
+    parser = Parser(prog=PROG, description="operator actions on automations")
     parser.add_argument("--url", help=f"the API (default ${URL_VARIABLE})")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def command(name: str, help: str, *, automation: bool = True) -> argparse.ArgumentParser:
         one = sub.add_parser(name, help=help)
@@ -206,22 +202,6 @@ def main(
 ) -> int:
     """Run one `activity-core automations` command; the exit code. `environ`, `transport`
     and the streams default to the process's (tests inject theirs)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    env = dict(os.environ if environ is None else environ)
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        base_url = _base_url(args.url, env)
-        token = _token(env)
-        with httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=TIMEOUT_SECONDS,
-            transport=transport,
-        ) as http:
-            return COMMANDS[args.command](Api(http), args, Io(out, err))
-    except CliError as exc:
-        err.write(f"{PROG}: {exc}\n")
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    return run_cli(
+        build_parser(), COMMANDS, argv, environ=environ, transport=transport, out=out, err=err
+    )

@@ -27,16 +27,30 @@ It talks to the API only (httpx); it imports nothing of the service.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import httpx
+
+from .api_cli import (
+    DEFAULT_URL,
+    EXIT_CREDENTIAL,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    URL_VARIABLE,
+    Api,
+    CliError,
+    Command,
+    Io,
+    Parser,
+    cut,
+    print_json,
+    print_table,
+    run_cli,
+)
 
 __all__ = [
     "EXIT_CREDENTIAL",
@@ -47,86 +61,7 @@ __all__ = [
     "main",
 ]
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-EXIT_CREDENTIAL = 4
-
-URL_VARIABLE = "ACTIVITY_CORE_API_URL"
-TOKEN_VARIABLE = "ACTIVITY_CORE_OPERATOR_TOKEN"
-TOKEN_FILE_VARIABLE = "ACTIVITY_CORE_OPERATOR_TOKEN_FILE"
-DEFAULT_URL = "http://127.0.0.1:8080"
 BULK_LIMIT = 100
-TIMEOUT_SECONDS = 30.0
-
-
-class CliError(Exception):
-    """A failure to report in one line, with its exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True)
-class Io:
-    out: TextIO
-    err: TextIO
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    body: Any
-
-
-class Api:
-    """The few calls the commands make; every answer that is not what a command expects
-    becomes a CliError with the exit code its kind has."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self._http = http
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        ok: Sequence[int] = (200,),
-        params: Any = None,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-    ) -> Answer:
-        try:
-            response = self._http.request(method, path, params=params, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise CliError(
-                f"activity-core is not reachable at {self._http.base_url}: {type(exc).__name__}",
-                EXIT_UNAVAILABLE,
-            ) from exc
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        if response.status_code in ok and payload is not None:
-            return Answer(response.status_code, payload)
-        raise _refusal(response.status_code, payload)
-
-
-def _refusal(status: int, payload: Any) -> CliError:
-    code = payload.get("code") if isinstance(payload, dict) else None
-    detail = payload.get("detail") if isinstance(payload, dict) else None
-    said = f"{code}: {detail}" if code and detail else "an unexpected answer"
-    if isinstance(payload, dict) and isinstance(payload.get("errors"), list):
-        fields = [".".join(str(p) for p in e.get("loc", [])) for e in payload["errors"][:5]]
-        said += f" ({', '.join(f for f in fields if f)})" if any(fields) else ""
-    message = f"activity-core answered {status} {said}"
-    if status in (401, 403):
-        return CliError(message, EXIT_CREDENTIAL)
-    if 400 <= status < 500 and code:
-        return CliError(message, EXIT_REFUSED)
-    return CliError(message, EXIT_UNAVAILABLE)
 
 
 # -- the commands -------------------------------------------------------------------------------
@@ -146,9 +81,9 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
             )
         page = api.call("GET", "/ops/runs/dead-letter", params=params).body
         if args.json:
-            _json(io.out, page)
+            print_json(io.out, page)
         else:
-            _table(
+            print_table(
                 io.out,
                 ["ID", "STATE", "ATTEMPT", "AUTOMATION", "REQUEUED AS", "ERROR"],
                 [
@@ -158,7 +93,7 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
                         run["attempt"],
                         run["automation"] or "",
                         ",".join(run["requeued_as"]) or "-",
-                        _cut(run["last_error"] or "", 60),
+                        cut(run["last_error"] or "", 60),
                     ]
                     for run in page["runs"]
                 ],
@@ -173,9 +108,9 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
         params.append(("target_repo", args.target_repo))
     page = api.call("GET", "/ops-runs", params=params).body
     if args.json:
-        _json(io.out, page)
+        print_json(io.out, page)
     else:
-        _table(
+        print_table(
             io.out,
             ["ID", "STATE", "ATTEMPT", "PRIORITY", "OWNER", "CREATED", "TITLE"],
             [
@@ -186,7 +121,7 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
                     run["priority"],
                     run["claim_owner"] or "-",
                     run["created_at"][:19],
-                    _cut(run["title"], 40),
+                    cut(run["title"], 40),
                 ]
                 for run in page["runs"]
             ],
@@ -198,7 +133,7 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_show(api: Api, args: argparse.Namespace, io: Io) -> int:
     run = api.call("GET", f"/ops-runs/{args.run_id}").body
     if args.json:
-        _json(io.out, run)
+        print_json(io.out, run)
         return EXIT_OK
     shown = [
         "id",
@@ -244,7 +179,7 @@ def cmd_requeue(api: Api, args: argparse.Namespace, io: Io) -> int:
             ).body
             results += body["results"]
     if args.json:
-        _json(io.out, {"results": results})
+        print_json(io.out, {"results": results})
     else:
         for result in results:
             if result["status"] in (200, 201):
@@ -262,7 +197,7 @@ def cmd_requeue(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_cancel(api: Api, args: argparse.Namespace, io: Io) -> int:
     run = api.call("POST", f"/ops-runs/{args.run_id}/cancel", body={"reason": args.reason}).body
     if args.json:
-        _json(io.out, run)
+        print_json(io.out, run)
     else:
         io.out.write(f"{run['id']}  cancelled: {run['state']}; {run['last_error']}\n")
     return EXIT_OK
@@ -271,7 +206,7 @@ def cmd_cancel(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_explain(api: Api, args: argparse.Namespace, io: Io) -> int:
     body = api.call("GET", f"/ops-runs/{args.run_id}/explain").body
     if args.json:
-        _json(io.out, body)
+        print_json(io.out, body)
         return EXIT_OK
     io.out.write(f"{body['run_id']}  {body['state']}\n")
     for reason in body["reasons"]:
@@ -282,7 +217,7 @@ def cmd_explain(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_summary(api: Api, args: argparse.Namespace, io: Io) -> int:
     body = api.call("GET", "/ops/runs/summary").body
     if args.json:
-        _json(io.out, body)
+        print_json(io.out, body)
         return EXIT_OK
     oldest = body["oldest_open"]
     age = f"{_age(oldest['age_seconds'])} ({oldest['id']})" if oldest else "-"
@@ -298,9 +233,9 @@ def cmd_summary(api: Api, args: argparse.Namespace, io: Io) -> int:
 def cmd_workers(api: Api, args: argparse.Namespace, io: Io) -> int:
     body = api.call("GET", "/ops/workers").body
     if args.json:
-        _json(io.out, body)
+        print_json(io.out, body)
         return EXIT_OK
-    _table(
+    print_table(
         io.out,
         ["WORKER", "STATE", "LAST CLAIM", "LABELS", "LIMIT", "HOLDING"],
         [
@@ -318,7 +253,6 @@ def cmd_workers(api: Api, args: argparse.Namespace, io: Io) -> int:
     return EXIT_OK
 
 
-Command = Callable[[Api, argparse.Namespace, Io], int]
 COMMANDS: dict[str, Command] = {
     "list": cmd_list,
     "show": cmd_show,
@@ -333,11 +267,6 @@ COMMANDS: dict[str, Command] = {
 # -- arguments and the environment --------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        raise CliError(f"{self.prog}: {message}", EXIT_USAGE)
-
-
 def _run_id(text: str) -> str:
     try:
         return str(uuid.UUID(text))
@@ -346,9 +275,9 @@ def _run_id(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="activity-core runs", description="operator actions on ops runs")
+    parser = Parser(prog="activity-core runs", description="operator actions on ops runs")
     parser.add_argument("--url", help=f"the API (default ${URL_VARIABLE}, else {DEFAULT_URL})")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         one = sub.add_parser(name, help=help)
@@ -383,37 +312,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _token(environ: dict[str, str]) -> str:
-    path = environ.get(TOKEN_FILE_VARIABLE, "").strip()
-    if path:
-        try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise CliError(
-                f"{TOKEN_FILE_VARIABLE}: cannot read {path} ({exc.strerror})", EXIT_USAGE
-            ) from None
-        if not token:
-            raise CliError(f"{TOKEN_FILE_VARIABLE}: {path} is empty", EXIT_USAGE)
-        return token
-    token = environ.get(TOKEN_VARIABLE, "").strip()
-    if not token:
-        raise CliError(
-            f"no operator token: set {TOKEN_VARIABLE} or {TOKEN_FILE_VARIABLE}", EXIT_USAGE
-        )
-    return token
-
-
-def _base_url(flag: str | None, environ: dict[str, str]) -> str:
-    url = flag or environ.get(URL_VARIABLE, "").strip() or DEFAULT_URL
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-        raise CliError(f"{URL_VARIABLE}: not an http(s) URL: {url!r}", EXIT_USAGE)
-    return url.rstrip("/")
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -424,43 +322,12 @@ def main(
 ) -> int:
     """Run one `activity-core runs` command; the exit code. `environ`, `transport` and the
     streams default to the process's (tests inject theirs)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    env = dict(os.environ if environ is None else environ)
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        base_url = _base_url(args.url, env)
-        token = _token(env)
-        with httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=TIMEOUT_SECONDS,
-            transport=transport,
-        ) as http:
-            return COMMANDS[args.command](Api(http), args, Io(out, err))
-    except CliError as exc:
-        err.write(f"activity-core runs: {exc}\n")
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+    return run_cli(
+        build_parser(), COMMANDS, argv, environ=environ, transport=transport, out=out, err=err
+    )
 
 
 # -- output -------------------------------------------------------------------------------------
-
-
-def _json(out: TextIO, value: Any) -> None:
-    out.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
-
-
-def _table(out: TextIO, header: list[str], rows: list[list[Any]]) -> None:
-    cells = [header, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _age(seconds: float) -> str:
