@@ -1,7 +1,8 @@
-"""`activity-core serve` as a real process on the test database, for the tests that drive
+"""`activity-core` as a real process: `serve` on the test database, for the tests that drive
 it over HTTP (the operator CLIs, `serve --workers`): started on a free port with an
 environment of only what it is given, ready when /readyz says so, stopped with SIGTERM
-(SIGKILL to its process group if it does not stop)."""
+(SIGKILL to its process group if it does not stop); and any command run to its end,
+with an environment cleaned of the service's variables."""
 
 from __future__ import annotations
 
@@ -91,3 +92,30 @@ async def serve_process(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"))
+    }
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(EXECUTABLE), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def assert_stopped_naming(completed: subprocess.CompletedProcess[str], variable: str) -> str:
+    assert completed.returncode == 2, completed
+    assert "Traceback" not in completed.stderr + completed.stdout
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith(f"activity-core: {variable}: "), lines[0]
+    assert "database" not in lines[0]
+    assert completed.stdout == ""
+    return lines[0]

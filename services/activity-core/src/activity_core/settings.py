@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -213,13 +214,56 @@ class ActivityCoreSettings(BaseSettings):
         return self
 
 
+# The secrets a deployment may hand over as files (a mounted Kubernetes Secret, a Docker
+# secret): `<VARIABLE>_FILE` names a file whose contents are the value (one trailing
+# newline dropped). The credentials files (ACTIVITY_CORE_WORKER_CREDENTIALS_FILE,
+# ACTIVITY_CORE_OPERATORS_FILE) are files already.
+SECRET_VARIABLES = (
+    "ACTIVITY_CORE_DATABASE_URL",
+    "ACTIVITY_CORE_OPERATOR_TOKEN",
+    "ACTIVITY_CORE_WORKER_TOKEN",
+)
+_MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
+def secrets_from_files(environ: Mapping[str, str]) -> dict[str, str]:
+    """The value of each SECRET_VARIABLES' `_FILE` that is set, by variable. Raises
+    SettingsError (naming the `_FILE` variable, never the value) for a file that cannot
+    be read, is empty or too large, or when the variable itself is set as well."""
+    found: dict[str, str] = {}
+    for variable in SECRET_VARIABLES:
+        file_variable = f"{variable}_FILE"
+        path = environ.get(file_variable, "").strip()
+        if not path:
+            continue
+        if environ.get(variable, "").strip():
+            raise SettingsError(f"{file_variable}: {variable} is set as well; set only one")
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read(_MAX_SECRET_FILE_BYTES + 1)
+        except OSError as exc:
+            raise SettingsError(f"{file_variable}: cannot read {path} ({exc.strerror})") from None
+        if len(raw) > _MAX_SECRET_FILE_BYTES:
+            raise SettingsError(f"{file_variable}: {path} is larger than 64 KiB")
+        try:
+            value = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+        except UnicodeDecodeError:
+            raise SettingsError(f"{file_variable}: {path} is not UTF-8 text") from None
+        if not value.strip():
+            raise SettingsError(f"{file_variable}: {path} is empty")
+        found[variable] = value
+    return found
+
+
 def load_settings(**overrides: object) -> ActivityCoreSettings:
-    """Read the environment (plus test overrides, by alias) into settings.
+    """Read the environment (plus test overrides, by alias) into settings; a secret may
+    come from the file its `_FILE` variable names (secrets_from_files).
 
     Raises SettingsError with one line that names the offending variable.
     """
+    values = {**secrets_from_files(os.environ), **overrides}
     try:
-        return ActivityCoreSettings(**overrides)  # type: ignore[arg-type]
+        return ActivityCoreSettings(**values)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first.get("loc") or ()

@@ -7,9 +7,6 @@ line naming the variable and exit 2, before any database, server or scheduler is
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +14,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
+from ac_serve import assert_stopped_naming, clean_env, run_cli
 from activity_core.artefacts.links import forgejo_file_url
 from activity_core.settings import SettingsError, load_settings
 from ops_contracts import WorkerId
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
 # Nothing listens on port 1: a command that got as far as the database would say so.
 UNREACHABLE_URL = "postgresql://nobody@127.0.0.1:1/none"
 DIGEST = "sha256:" + "0" * 64
@@ -45,33 +42,6 @@ BAD_FORGEJO_BASES = [
     " https://forgejo.example.org",
     "",
 ]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"))
-    }
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(EXECUTABLE), *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def assert_stopped_naming(completed: subprocess.CompletedProcess[str], variable: str) -> str:
-    assert completed.returncode == 2, completed
-    assert "Traceback" not in completed.stderr + completed.stdout
-    lines = completed.stderr.strip().splitlines()
-    assert len(lines) == 1, completed.stderr
-    assert lines[0].startswith(f"activity-core: {variable}: "), lines[0]
-    assert "database" not in lines[0]
-    assert completed.stdout == ""
-    return lines[0]
 
 
 COMMANDS = [
