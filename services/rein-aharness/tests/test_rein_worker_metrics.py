@@ -63,10 +63,33 @@ async def test_the_endpoint_reports_pending_quarantined_by_reason_and_delivered(
     assert _gauges(answer.text) == {
         "rein_aharness_close_outbox_readable": 1.0,
         "rein_aharness_close_outbox_pending": 1.0,
+        "rein_aharness_close_outbox_oldest_pending_age_seconds": 0.0,
         'rein_aharness_close_outbox_quarantined{reason="foreign_worker_identity"}': 1.0,
         'rein_aharness_close_outbox_quarantined{reason="unexpected_name"}': 1.0,
         "rein_aharness_close_outbox_delivered": 1.0,
     }
+
+
+async def test_the_oldest_pending_age_is_how_long_the_oldest_entry_has_waited(
+    store: OutboxStore, make_close: Any, clock: Any
+) -> None:
+    async def scrape() -> dict[str, float]:
+        with serve_metrics(store, "127.0.0.1", 0) as (host, port):
+            async with httpx.AsyncClient() as http:
+                return _gauges((await http.get(f"http://{host}:{port}/metrics")).text)
+
+    store.enqueue_close(**make_close(run_id="first"))
+    clock.advance(seconds=90)
+    store.enqueue_close(**make_close(run_id="second"))
+    clock.advance(seconds=30)
+    waiting = await scrape()
+    await replay_pending(store, _applied)
+    delivered = await scrape()
+
+    assert waiting["rein_aharness_close_outbox_pending"] == 2
+    assert waiting["rein_aharness_close_outbox_oldest_pending_age_seconds"] == 120.0
+    assert delivered["rein_aharness_close_outbox_pending"] == 0
+    assert delivered["rein_aharness_close_outbox_oldest_pending_age_seconds"] == 0.0
 
 
 async def test_an_unreadable_outbox_is_reported_not_raised(store: OutboxStore) -> None:

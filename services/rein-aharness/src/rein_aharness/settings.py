@@ -64,6 +64,10 @@ class Settings(BaseSettings):
                                         (development only; default: refused)
     REIN_AHARNESS_METRICS_ADDRESS       host:port of a Prometheus endpoint (/metrics) with
                                         the outbox gauges; unset: none
+    REIN_AHARNESS_LIVENESS_ADDRESS      host:port of a liveness endpoint (GET /livez: 200
+                                        while the event loop runs); unset: none
+    REIN_AHARNESS_LIVENESS_MAX_STALL_SECONDS  how long the event loop may go without
+                                        running before /livez answers 503, 2..3600 (30)
     """
 
     model_config = SettingsConfigDict(
@@ -92,6 +96,10 @@ class Settings(BaseSettings):
     rein_aharness_bwrap: Path | None = None
     rein_aharness_allow_unsandboxed: bool = False
     rein_aharness_metrics_address: str | None = None
+    rein_aharness_liveness_address: str | None = None
+    rein_aharness_liveness_max_stall_seconds: float = Field(
+        default=30.0, ge=2, le=3600, allow_inf_nan=False
+    )
 
     @field_validator("rein_aharness_state_dir")
     @classmethod
@@ -118,9 +126,9 @@ class Settings(BaseSettings):
             raise ValueError("must be an absolute path to an executable file")
         return value
 
-    @field_validator("rein_aharness_metrics_address")
+    @field_validator("rein_aharness_metrics_address", "rein_aharness_liveness_address")
     @classmethod
-    def _metrics_address(cls, value: str | None) -> str | None:
+    def _bind_address(cls, value: str | None) -> str | None:
         if value is not None:
             parse_bind_address(value)
         return value

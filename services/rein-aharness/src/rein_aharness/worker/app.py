@@ -7,7 +7,7 @@ the repositories root, or a root inside the state directory (symlinks resolved):
 outbox and worktrees must live outside target checkouts, and an approach's repository
 must not contain the worker's state. `run_worker` adds what only the process needs: the
 state directory's worker lock, the sweep of worktrees a killed predecessor left, the
-optional metrics endpoint, and SIGTERM/SIGINT handling.
+optional metrics and liveness endpoints, and SIGTERM/SIGINT handling.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from rein_aharness.settings import Settings, SettingsProblem, parse_bind_address
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
+from rein_aharness.worker.liveness import serve_liveness
 from rein_aharness.worker.loop import Worker, WorkerConfig
 from rein_aharness.worker.metrics import serve_metrics
 from rein_aharness.worker.processor import RunProcessor
@@ -277,7 +278,11 @@ async def run_worker(
         transports=transports,
         retry=retry,
     ) as runtime:
-        with hold_worker_lock(runtime.state_dir), _metrics(settings, runtime.store):
+        with (
+            hold_worker_lock(runtime.state_dir),
+            _metrics(settings, runtime.store),
+            _liveness(settings),
+        ):
             swept = await sweep_worktrees(runtime.worktrees_root)
             if swept:
                 log.info("removed %d worktrees left by an earlier run", swept)
@@ -307,6 +312,24 @@ def _metrics(settings: Settings, store: OutboxStore) -> Iterator[None]:
             except OSError as exc:
                 raise SettingsProblem(
                     f"REIN_AHARNESS_METRICS_ADDRESS: cannot listen on {address}: "
+                    f"{exc.strerror or type(exc).__name__}"
+                ) from None
+        yield
+
+
+@contextmanager
+def _liveness(settings: Settings) -> Iterator[None]:
+    """The liveness endpoint for the block, when REIN_AHARNESS_LIVENESS_ADDRESS is set."""
+    address = settings.rein_aharness_liveness_address
+    with ExitStack() as stack:
+        if address is not None:
+            host, port = parse_bind_address(address)
+            max_stall = settings.rein_aharness_liveness_max_stall_seconds
+            try:
+                stack.enter_context(serve_liveness(host, port, max_stall_seconds=max_stall))
+            except OSError as exc:
+                raise SettingsProblem(
+                    f"REIN_AHARNESS_LIVENESS_ADDRESS: cannot listen on {address}: "
                     f"{exc.strerror or type(exc).__name__}"
                 ) from None
         yield

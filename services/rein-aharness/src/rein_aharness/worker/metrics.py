@@ -4,6 +4,8 @@ Every gauge is read from the close outbox when scraped (one `snapshot`, under th
 shared lock), so it says what `close-outbox status` says at that moment:
 
     rein_aharness_close_outbox_pending                    entries waiting for delivery
+    rein_aharness_close_outbox_oldest_pending_age_seconds how long the oldest of them has
+                                                          waited (0: none pending)
     rein_aharness_close_outbox_quarantined{reason="..."}  quarantined material by reason
                                                           (foreign_worker_identity,
                                                           conclusive_refusal, ...)
@@ -11,6 +13,9 @@ shared lock), so it says what `close-outbox status` says at that moment:
     rein_aharness_close_outbox_readable                   1; 0 when the outbox could not
                                                           be read (then the others are
                                                           absent)
+
+Each worker pod has an outbox of its own, so across pods the counts add up (sum) and the
+age is the largest one (max); deploy/README.md lists every metric with its aggregation.
 
 prometheus_client's own HTTP server answers `/metrics` from a daemon thread; `run`
 stops it when it ends. Unset: no endpoint, no thread.
@@ -27,9 +32,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rein_aharness.outbox import OutboxError, OutboxStore
+from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore
 
-__all__ = ["OutboxCollector", "serve_metrics"]
+__all__ = ["OutboxCollector", "oldest_pending_age", "serve_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,11 @@ class OutboxCollector(Collector):
             "close outbox entries waiting for delivery",
             value=len(snapshot.pending),
         )
+        yield GaugeMetricFamily(
+            f"{_PREFIX}_oldest_pending_age_seconds",
+            "seconds the oldest close outbox entry waiting for delivery has waited (0: none)",
+            value=oldest_pending_age(snapshot),
+        )
         quarantined = GaugeMetricFamily(
             f"{_PREFIX}_quarantined",
             "quarantined close outbox material by reason (an operator must inspect it)",
@@ -72,6 +82,16 @@ class OutboxCollector(Collector):
             "delivered close outbox records kept by retention",
             value=snapshot.delivered_count,
         )
+
+
+def oldest_pending_age(snapshot: OutboxSnapshot) -> float:
+    """Seconds from the oldest pending entry's creation to the snapshot; 0 when nothing is
+    pending. An entry whose record cannot be read has no creation time and is left out
+    (it is quarantined by the next replay pass)."""
+    created = [entry.created_at for entry in snapshot.pending if entry.created_at is not None]
+    if not created:
+        return 0.0
+    return max(0.0, (snapshot.taken_at - min(created)).total_seconds())
 
 
 @contextmanager

@@ -1,0 +1,195 @@
+"""The liveness endpoint of `rein-aharness run` (REIN_AHARNESS_LIVENESS_ADDRESS).
+
+In a real process: `/livez` answers 200 while the worker's event loop runs, also while the
+worker idles for longer than the limit, and 503 within the limit once something blocks the
+loop, while the process is still there. To block the loop, the test starts the real CLI
+under a tiny entry that installs a SIGUSR1 handler sleeping for a minute: Python runs
+signal handlers on the main thread, which is the event loop's, so the handler is exactly a
+synchronous call that does not return. The liveness thread is left alone (SIGSTOP would
+freeze it too, and the probe would fail by timing out rather than by what it checks).
+
+Bad values stop `run` at start with one line and exit 2, like every other setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rein_aharness.cli import main
+from rein_aharness.worker.liveness import serve_liveness
+from rein_worker_kit import CATALOGUE
+
+MAX_STALL = 2.0
+# SIGUSR1 makes the main thread (the event loop's) sleep; the rest is the real CLI.
+ENTRY = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: time.sleep(60))\n"
+    "from rein_aharness.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    # `run` configures the `rein_aharness` logger for the process; undo it per test.
+    logger = logging.getLogger("rein_aharness")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+@pytest.fixture
+def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A complete `run` configuration against an activity-core that is not there: the
+    worker keeps trying to claim and backs off, its event loop running all along."""
+    for name in list(os.environ):
+        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
+            monkeypatch.delenv(name)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(CATALOGUE)
+    (tmp_path / "repositories").mkdir()
+    values = {
+        "ACTIVITY_CORE_URL": f"http://127.0.0.1:{_closed_port()}",
+        "ACTIVITY_CORE_WORKER_ID": "rein-aharness@test01",
+        "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
+        "REIN_AHARNESS_PROFILES": str(profiles),
+        "REIN_AHARNESS_REPOSITORIES_ROOT": str(tmp_path / "repositories"),
+        "REIN_AHARNESS_BACKOFF_SECONDS": "0.5",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return values
+
+
+async def _liveness_url(log: Path, process: subprocess.Popen[bytes]) -> str:
+    async with asyncio.timeout(30):
+        while True:
+            assert process.poll() is None, log.read_text()
+            found = re.search(r"liveness on (http://\S+/livez)", log.read_text())
+            if found:
+                return found.group(1)
+            await asyncio.sleep(0.05)
+
+
+async def test_livez_answers_while_the_loop_runs_and_fails_within_the_limit_once_it_is_blocked(
+    environment: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        REIN_AHARNESS_LIVENESS_ADDRESS="127.0.0.1:0",
+        REIN_AHARNESS_LIVENESS_MAX_STALL_SECONDS=str(MAX_STALL),
+    )
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", ENTRY, "run"], env=env, stdout=out, stderr=out
+        )
+    try:
+        url = await _liveness_url(log, process)
+        async with httpx.AsyncClient(timeout=2) as http:
+            # Healthy: the worker fails to claim and backs off, again and again, for
+            # longer than the limit; every answer is 200.
+            healthy = []
+            until = time.monotonic() + 3 * MAX_STALL
+            while time.monotonic() < until:
+                healthy.append((await http.get(url)).status_code)
+                await asyncio.sleep(0.2)
+
+            process.send_signal(signal.SIGUSR1)
+            blocked_at = time.monotonic()
+            answers = []
+            async with asyncio.timeout(MAX_STALL + 5):
+                while not answers or answers[-1].status_code == 200:
+                    answers.append(await http.get(url))
+                    await asyncio.sleep(0.1)
+            failed_after = time.monotonic() - blocked_at
+            alive = process.poll() is None
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+    assert len(healthy) >= 10 and set(healthy) == {200}
+    assert answers[-1].status_code == 503
+    assert answers[-1].json()["status"] == "stalled"
+    assert answers[-1].json()["seconds_since_loop_ran"] > MAX_STALL
+    # within the limit (plus a probe's interval and the scheduler's slack), and not by dying
+    assert MAX_STALL - 1.0 <= failed_after <= MAX_STALL + 1.5
+    assert alive
+    assert "the event loop has not run for" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("REIN_AHARNESS_LIVENESS_ADDRESS", "localhost"),
+        ("REIN_AHARNESS_LIVENESS_ADDRESS", ":8081"),
+        ("REIN_AHARNESS_LIVENESS_ADDRESS", "0.0.0.0:99999"),
+        ("REIN_AHARNESS_LIVENESS_MAX_STALL_SECONDS", "1"),
+        ("REIN_AHARNESS_LIVENESS_MAX_STALL_SECONDS", "nan"),
+        ("REIN_AHARNESS_LIVENESS_MAX_STALL_SECONDS", "soon"),
+    ],
+)
+def test_a_bad_liveness_setting_is_one_line_and_exit_2(
+    environment: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(["run", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and variable in err and "Traceback" not in err
+
+
+def test_a_liveness_address_in_use_is_one_line_and_exit_2(
+    environment: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        monkeypatch.setenv("REIN_AHARNESS_LIVENESS_ADDRESS", address)
+        assert main(["run", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"rein-aharness: REIN_AHARNESS_LIVENESS_ADDRESS: cannot listen on {address}: "
+        "Address already in use\n"
+    )
+
+
+def test_livez_is_the_only_path() -> None:
+    """Anything but /livez is 404: the port answers the probe, nothing else."""
+
+    async def scrape() -> tuple[int, int, dict[str, object]]:
+        with serve_liveness("127.0.0.1", 0, max_stall_seconds=MAX_STALL) as (host, port):
+            async with httpx.AsyncClient() as http:
+                other = await http.get(f"http://{host}:{port}/metrics")
+                live = await http.get(f"http://{host}:{port}/livez")
+        return other.status_code, live.status_code, json.loads(live.text)
+
+    other, live, body = asyncio.run(scrape())
+    assert (other, live, body["status"]) == (404, 200, "ok")
