@@ -15,6 +15,7 @@ from ..operator.audit import AuditLog
 from ..operator.sessions import UiSessions
 from ..operator.views import OperatorViews
 from ..queue.metrics import QueueMetrics
+from ..queue.run_ages import RunAges
 from ..queue.service import QueueService
 from ..queue.sightings import ClaimSightings
 from ..queue.vacuum import QueueVacuum
@@ -31,6 +32,7 @@ from .auth import (
 from .body_guard import StrictJsonBody
 from .credentials import CredentialTable
 from .error_handlers import install_error_handlers
+from .request_metrics import RequestMetrics
 from .routes_automation_pause import router as automation_pause_router
 from .routes_automations import router as automations_router
 from .routes_fire import router as fire_router
@@ -136,9 +138,12 @@ def create_app(
         )
         vacuum.start()
         sightings.start()
+        run_ages = RunAges(pool, metrics=metrics)
+        run_ages.start()
         try:
             yield
         finally:
+            await run_ages.stop()
             await sightings.stop()
             await vacuum.stop()
             await signal.stop()
@@ -177,4 +182,6 @@ def create_app(
     if worker_fast_path:
         # Added last, so it sees a request first: valid worker requests stop there.
         app.add_middleware(WorkerFastPath, max_bytes=settings.max_body_bytes)
+    # Outermost, so every answer is counted, the fast path's and the body guard's too.
+    app.add_middleware(RequestMetrics, metrics=metrics, routers=routers)
     return app

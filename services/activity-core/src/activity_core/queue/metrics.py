@@ -4,7 +4,13 @@ Under `serve --workers N` prometheus_client runs in multiprocess mode (the super
 PROMETHEUS_MULTIPROC_DIR before any worker starts): each worker writes its samples to
 files there and the exposition sums every worker's, so a scrape answered by any worker
 reports the whole API. The by-state gauge is read from the database at scrape time, so
-the most recent reading is the one reported.
+the most recent reading is the one reported; so is the oldest-run gauge, which each
+process refreshes every few seconds (queue/run_ages.py).
+
+Across replicas (deploy/README.md, "Metrics" lists each): counters and histograms are per
+process, so a dashboard sums them; the gauges read from the database (`ops_runs`,
+`ops_runs_oldest_age_seconds`, `ops_runs_dead_rows`) say the same on every replica, so it
+takes their max, never their sum.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# How a stale lease ends (service.py, _record_stale): the run is open again for its next
+# attempt, or it had no attempt left.
+LEASE_OUTCOMES = ("reopened", "expired")
 
 
 class QueueMetrics:
@@ -65,6 +74,24 @@ class QueueMetrics:
             "ops_run_leases_ended",
             "stale leases ended, by outcome (reopened or expired)",
             ["outcome"],
+            registry=self.registry,
+        )
+        # Exported at 0 from the start: a series that first appears at 1 has no earlier
+        # sample, and rate()/increase() would miss that first expiry.
+        for outcome in LEASE_OUTCOMES:
+            self.leases_ended.labels(outcome=outcome)
+        self.oldest_unfinished = Gauge(
+            "ops_runs_oldest_age_seconds",
+            "seconds since the oldest run in each unfinished state (open, claimed) was "
+            "created; 0 when there is none (refreshed every few seconds)",
+            ["state"],
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )
+        self.http_requests = Counter(
+            "ops_http_requests",
+            "HTTP requests answered, by method, route template and status code",
+            ["method", "route", "status"],
             registry=self.registry,
         )
 

@@ -306,6 +306,18 @@ RETURNING r.id, r.state, stale.claim_owner
 
 COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"
 
+# How long the oldest run of each unfinished state has existed (queue/run_ages.py). One
+# branch per state, so each reads only that state's partial index (ops_runs_open_claim_order,
+# ops_runs_claimed_lease), whose size follows the backlog and the workers, not the history.
+# A state without runs answers NULL.
+OLDEST_UNFINISHED = """
+SELECT 'open' AS state, extract(epoch FROM now() - min(created_at))::float8 AS age_seconds
+FROM ops_runs WHERE state = 'open'
+UNION ALL
+SELECT 'claimed', extract(epoch FROM now() - min(created_at))::float8
+FROM ops_runs WHERE state = 'claimed'
+"""
+
 # -- the workers seen by claims (queue/sightings.py) -------------------------------------------
 
 # Each API process writes the last claim of every worker identity it served since its

@@ -3,6 +3,11 @@ TEMPORAL_TASK_QUEUE, with a database pool and the configured IssueSink.
 
 SIGTERM or Ctrl-C stops polling, lets running activities finish (bounded), then closes the
 pool and, if this process started the local dev server, stops it.
+
+Two optional endpoints (worker_endpoints.py): `/livez` for a liveness probe, served from its
+own thread from the moment the event loop starts (liveness.py), and the Temporal SDK's
+Prometheus metrics, served by the SDK's core from a runtime made the process default
+before any client exists.
 """
 
 from __future__ import annotations
@@ -10,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from ..db.pool import create_pool
@@ -24,7 +30,15 @@ from ..settings import ActivityCoreSettings, SettingsError
 from .activities import ActivityCoreActivities
 from .client import temporal_client
 from .errors import TemporalUnavailable
+from .liveness import serve_liveness
 from .payloads import FirePolicy
+from .worker_endpoints import (
+    LIVENESS_ADDRESS,
+    TemporalWorkerEndpoints,
+    load_worker_endpoints,
+    metrics_runtime,
+    parse_bind_address,
+)
 from .workflow import RunActivityWorkflow
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
@@ -87,13 +101,37 @@ async def serve_worker(
         await pool.close()
 
 
-async def _main(settings: ActivityCoreSettings, dsn: str, sink: IssueSink) -> None:
+@contextmanager
+def _liveness(endpoints: TemporalWorkerEndpoints) -> Iterator[None]:
+    """The liveness endpoint for the block, when its address is set; enter it on the loop."""
+    address = endpoints.liveness_address
+    with ExitStack() as stack:
+        if address is not None:
+            host, port = parse_bind_address(address)
+            max_stall = endpoints.liveness_max_stall_seconds
+            try:
+                stack.enter_context(serve_liveness(host, port, max_stall_seconds=max_stall))
+            except OSError as exc:
+                raise SettingsError(
+                    f"{LIVENESS_ADDRESS}: cannot listen on {address}: "
+                    f"{exc.strerror or type(exc).__name__}"
+                ) from None
+        yield
+
+
+async def _main(
+    settings: ActivityCoreSettings,
+    dsn: str,
+    sink: IssueSink,
+    endpoints: TemporalWorkerEndpoints,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
-        await serve_worker(settings, dsn, sink, stop)
+        with _liveness(endpoints):
+            await serve_worker(settings, dsn, sink, stop)
     finally:
         await sink.aclose()
 
@@ -102,15 +140,25 @@ def run_worker_command(
     settings: ActivityCoreSettings, *, database: Callable[[], AbstractContextManager[str]]
 ) -> int:
     """The body of the CLI subcommand: 0 after a clean stop, else one line and non-zero.
-    The sink configuration is checked before any database or server is started."""
+    The sink and endpoint configuration is checked (and the metrics address bound) before
+    any database or server is started."""
     try:
+        endpoints = load_worker_endpoints()
+        runtime = metrics_runtime(endpoints)
         sink = build_issue_sink(settings)
     except SettingsError as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 2
+    if runtime is not None:
+        # Every client this process connects uses the default runtime, so the SDK's
+        # metrics of the worker below are served from here.
+        Runtime.set_default(runtime)
     try:
         with database() as dsn:
-            asyncio.run(_main(settings, dsn, sink))
+            asyncio.run(_main(settings, dsn, sink, endpoints))
+    except SettingsError as exc:
+        print(f"activity-core: {exc}", file=sys.stderr)
+        return 2
     except TemporalUnavailable as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 1
