@@ -10,15 +10,23 @@ cover every step the outbox takes:
 * after the replace (before the directory fsync),
 * after the attempt record (after the directory fsync of `begin_attempt`),
 * inside the callback,
-* and the unlink/rename of the delivered and quarantine moves.
+* and the unlink/rename of the delivered and quarantine moves;
+
+and, for a replay by groups (`MODE@GROUP`: three entries in groups of two and one, or
+one group of three), the same steps of the group commit: between the temp writes and
+the one flush (`syncfs`) of a group, between the flush and the renames, between the
+renames, after the delivered records and before the pending ones are removed, and while
+the attempts of entries whose callback never ran are undone (`stopping`).
 
 SIGKILL loses no page cache, so this checks the outbox's logical crash consistency
 (order of steps, commit points, recovery), not the disk's power-loss behaviour.
 
 Checked after every kill: every record in pending/ and delivered/ is valid (none torn);
 no acknowledged entry is lost; stray temp files are not entries; nothing valid is
-quarantined; after a recovery replay every entry has ended where it belongs, and no
-entry's callback ran more often than its recorded attempts.
+quarantined; the ledger knows every acknowledged entry that is still pending (no missed
+one) and opening the store finds nothing lost (no false alarm); after a recovery replay
+every entry has ended where it belongs, exactly once, the ledger knows nothing pending,
+and no entry's callback ran more often than its recorded attempts.
 """
 
 from __future__ import annotations
@@ -38,12 +46,24 @@ import pytest
 from ops_contracts import CloseDisposition, RefusalCode
 from rein_aharness.outbox import CloseRefusedError, OutboxStore, entry_key, replay_pending
 from rein_aharness.outbox.durable import is_temp_name
+from rein_aharness.outbox.ledger import read_ledger
 from rein_aharness.outbox.record import OutboxRecord, parse_record
 
 CHILD = Path(__file__).with_name("crash_child.py")
-MODES = ("enqueue", "replay", "failing", "refused")
+MODES = (
+    "enqueue",
+    "replay",
+    "failing",
+    "refused",
+    "stopping",
+    "replay@2",
+    "replay@3",
+    "failing@2",
+    "refused@2",
+    "stopping@3",
+)
 ALL_KEYS = {entry_key(f"run-{index}", "txn") for index in range(3)}
-TARGETS = ("fsync", "replace", "rename", "unlink")
+TARGETS = ("fsync", "replace", "rename", "unlink", "syncfs")
 
 
 def _seed(root: Path) -> set[str]:
@@ -75,6 +95,10 @@ def _run_child(
     if completed.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(f"child failed: {completed.returncode}\n{completed.stderr}")
     return completed.returncode, completed.stdout.splitlines(), log
+
+
+def _base_mode(mode: str) -> str:
+    return mode.partition("@")[0]
 
 
 def _count_calls(mode: str, base: Path) -> dict[str, int]:
@@ -114,6 +138,7 @@ def _quarantined(root: Path) -> dict[str, dict[str, Any]]:
 def _check_and_recover(
     mode: str, root: Path, acknowledged: set[str], seeded: set[str], log: Path
 ) -> None:
+    mode = _base_mode(mode)
     pending = _records(root / "pending", "pending")
     delivered = _records(root / "delivered", "delivered")
     quarantined = _quarantined(root)
@@ -121,14 +146,18 @@ def _check_and_recover(
     present = set(pending) | set(delivered) | {name[:64] for name in quarantined}
     assert expected <= present, "an acknowledged entry was lost"
     assert present <= ALL_KEYS, "an entry appeared that nobody enqueued"
+    settled = set(delivered) | {name[:64] for name in quarantined}
+    known = read_ledger(root / "ledger").known
+    assert expected - settled <= known, "the ledger missed an acknowledged pending entry"
     if mode != "refused":
         assert quarantined == {}, "a valid entry was quarantined"
     else:
         for sidecar in quarantined.values():
             assert sidecar["reason"] == "conclusive_refusal"
-    store = OutboxStore(root)
+    store = OutboxStore(root)  # refuses an outbox that lost an entry: no false alarm
     # status never counts a temp file as an entry
     snapshot = store.snapshot()
+    assert snapshot.lost == ()
     assert all(entry.reason is None for entry in snapshot.pending)
     assert len(snapshot.pending) + snapshot.delivered_count + len(snapshot.quarantined) == len(
         present
@@ -147,6 +176,8 @@ def _check_and_recover(
         os.close(log_fd)
     assert not any(is_temp_name(p.name) for p in root.rglob("*")), "stray temp file left"
     assert list((root / "pending").iterdir()) == []
+    assert read_ledger(root / "ledger").known == frozenset()
+    assert store.snapshot().lost == ()
     calls: dict[str, int] = {}
     if log.exists():
         for key in log.read_text().split():
@@ -184,10 +215,19 @@ def _points(counts: dict[str, int]) -> list[tuple[str, str, int]]:
 def test_killed_at_every_step_the_store_stays_consistent(mode: str, tmp_path: Path) -> None:
     counts = _count_calls(mode, tmp_path)
     points = _points(counts)
-    if mode == "enqueue":
-        assert counts["fsync"] >= 6 and counts["replace"] == 3
-    else:
+    base, _, group = mode.partition("@")
+    if base == "enqueue":
+        # the entry (file and directory) and its ledger line, for each of three
+        assert counts["fsync"] >= 9 and counts["replace"] == 3
+    elif base == "stopping":
+        assert counts["callback"] == 1  # the first failure ends the pass
+    elif not group:
         assert counts["callback"] == 3 and counts["fsync"] >= 12
+    else:
+        groups = -(-3 // int(group))
+        assert counts["callback"] == 3
+        if base == "replay":  # per group: attempts flushed, then deliveries flushed
+            assert counts["syncfs"] == 2 * groups
 
     def one(point: tuple[str, str, int]) -> None:
         target, when, n = point

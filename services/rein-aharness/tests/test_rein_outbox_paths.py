@@ -118,13 +118,25 @@ def test_directories_0700_and_files_0600_on_disk_whatever_the_umask(
         assert _mode(path) == 0o600, path
 
 
-def test_existing_directories_with_wide_modes_are_made_private(outbox_root: Path) -> None:
+def test_existing_readable_directories_are_made_private(outbox_root: Path) -> None:
     for sub in ("", "pending", "delivered", "quarantine"):
         (outbox_root / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(outbox_root / sub, 0o777)
+        os.chmod(outbox_root / sub, 0o755)
     OutboxStore(outbox_root)
     for sub in ("", "pending", "delivered", "quarantine"):
         assert _mode(outbox_root / sub) == 0o700
+
+
+def test_existing_directories_others_may_write_are_refused_not_repaired(
+    outbox_root: Path,
+) -> None:
+    # Someone may already have changed what is in them (test_rein_outbox_trust.py).
+    for sub in ("", "pending", "delivered", "quarantine"):
+        (outbox_root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(outbox_root / sub, 0o777)
+    with pytest.raises(OutboxPathError, match="writable by group and others"):
+        OutboxStore(outbox_root)
+    assert _mode(outbox_root) == 0o777
 
 
 def test_existing_lock_file_with_wide_mode_is_made_private(outbox_root: Path) -> None:

@@ -2,6 +2,7 @@
 
     rein-aharness close-outbox status [--json]
     rein-aharness close-outbox replay [--limit N] [--json]
+    rein-aharness close-outbox adopt [--json]
     rein-aharness run [--once] [--labels L,...] [--labels-mode any|all]
 
 Settings are read here, at the entry, and a bad argument or variable ends the command
@@ -21,9 +22,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from ops_contracts import Label, LabelsMode
 from rein_aharness.adapters.queue_errors import QueueError
-from rein_aharness.operator.commands import replay_command, status_command
+from rein_aharness.operator.commands import adopt_command, replay_command, status_command
 from rein_aharness.operator.exit_codes import EXIT_CODE_HELP, ExitCode
-from rein_aharness.outbox.errors import OutboxPathError
+from rein_aharness.outbox.errors import OutboxIntegrityError, OutboxPathError
 from rein_aharness.settings import Settings, SettingsProblem, load_settings
 from rein_aharness.worker.app import load_worker_catalogue, run_worker
 from rein_aharness.worker.logs import configure_logging
@@ -125,6 +126,13 @@ def _parser() -> _Parser:
     )
     replay.add_argument("--limit", type=_limit, metavar="N", help="deliver at most N entries")
     replay.add_argument("--json", action="store_true", help="stable JSON instead of a table")
+    adopt = actions.add_parser(
+        "adopt",
+        help="accept a replaced outbox, or write off entries it lost, after a look",
+        epilog=EXIT_CODE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    adopt.add_argument("--json", action="store_true", help="stable JSON instead of a table")
     return parser
 
 
@@ -147,12 +155,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(settings, args)
         if args.action == "status":
             return int(status_command(settings, as_json=args.json, out=sys.stdout))
+        if args.action == "adopt":
+            return int(adopt_command(settings, as_json=args.json, out=sys.stdout))
         return int(replay_command(settings, limit=args.limit, as_json=args.json, out=sys.stdout))
     except SettingsProblem as exc:
         return _fail(str(exc), ExitCode.USAGE)
     except QueueError as exc:
         # Only a claim refused as invalid (a configuration problem) gets here.
         return _fail(f"run: {exc}", ExitCode.USAGE)
+    except OutboxIntegrityError as exc:
+        return _fail(f"close outbox refused: {exc}", ExitCode.INTEGRITY)
     except (OutboxPathError, OSError) as exc:
         return _fail(f"close outbox unusable: {_os_message(exc)}", ExitCode.STORE_UNUSABLE)
     except KeyboardInterrupt:

@@ -1,8 +1,14 @@
-"""`close-outbox status` and `close-outbox replay`: open the store, act, report."""
+"""`close-outbox status|replay|adopt`: open the store, act, report.
+
+The commands open the outbox under the worker identity in ACTIVITY_CORE_WORKER_ID (if
+set) without refusing one that lost entries: they report them (exit 5). A directory
+others could change, or a replaced outbox, is refused as the worker refuses it.
+"""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import TextIO
 
 import anyio
@@ -12,17 +18,43 @@ from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.queue_errors import QueueAuthError, QueueTransientError
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.operator.report import render_json, render_table
-from rein_aharness.outbox.paths import resolve_outbox_root
+from rein_aharness.outbox.identity import adopt_outbox
+from rein_aharness.outbox.paths import OutboxPaths, resolve_outbox_root
 from rein_aharness.outbox.replay import ReplayReport, replay_pending
 from rein_aharness.outbox.store import OutboxStore
 from rein_aharness.settings import Settings, SettingsProblem
 
-__all__ = ["open_store", "replay_command", "status_command"]
+__all__ = ["adopt_command", "open_store", "replay_command", "status_command"]
 
 
 def open_store(settings: Settings) -> OutboxStore:
-    """The store under the configured root (raises OutboxPathError or OSError)."""
-    return OutboxStore(resolve_outbox_root(settings.rein_aharness_state_dir, os.environ))
+    """The store under the configured root (raises OutboxPathError, OutboxReplacedError or
+    OSError); lost entries are reported by its snapshots, not refused."""
+    return OutboxStore(
+        resolve_outbox_root(settings.rein_aharness_state_dir, os.environ),
+        identity=settings.activity_core_worker_id,
+        verify=False,
+    )
+
+
+def adopt_command(settings: Settings, *, as_json: bool, out: TextIO) -> ExitCode:
+    """Accept the outbox as it now is, after an operator has looked: pin it (create it,
+    or give it a marker, if it has none) and write off the entries it lost, each named.
+    Then report as `status` does."""
+    root = resolve_outbox_root(settings.rein_aharness_state_dir, os.environ)
+    adoption = adopt_outbox(
+        OutboxPaths(root),
+        identity=settings.activity_core_worker_id,
+        clock=lambda: datetime.now(UTC),
+    )
+    snapshot = open_store(settings).snapshot()
+    print(
+        render_json(snapshot, adoption=adoption)
+        if as_json
+        else render_table(snapshot, adoption=adoption),
+        file=out,
+    )
+    return exit_code_for(snapshot)
 
 
 def status_command(settings: Settings, *, as_json: bool, out: TextIO) -> ExitCode:

@@ -16,6 +16,14 @@ JSON shape (`format` versions it; keys are sorted; `replay` is null for status):
                        "skipped": 0, "set_aside": 0, "invalid_quarantined": 0,
                        "pruned": 0, "stopped_early": false}}
 
+When the outbox lost entries it knew pending (outbox/ledger.py), `counts` also has
+`"lost": N` and each is an entry `{"state": "lost", "key": ..., "name": "<key>.json"}`
+with its other fields null; a clean outbox's document is unchanged.
+
+With `close-outbox adopt`, `adopted` is `{"outbox_id": ..., "created": bool,
+"replaced": null | "<outbox id the state directory had recorded>",
+"written_off": ["<key>", ...]}`; it is absent otherwise.
+
 `attempts` counts delivery attempts; `run_attempt` is the claim attempt the close was
 decided under (sent with it for fencing). `quarantined` in `replay` counts conclusive
 refusals and entries of another worker identity (reason `foreign_worker_identity`);
@@ -29,6 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rein_aharness.outbox.identity import Adoption
 from rein_aharness.outbox.record import QuarantineReason
 from rein_aharness.outbox.replay import ReplayReport
 from rein_aharness.outbox.store import EntrySummary, OutboxSnapshot
@@ -61,16 +70,23 @@ def format_age(seconds: int | None) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def report_dict(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> dict[str, Any]:
+def report_dict(
+    snapshot: OutboxSnapshot,
+    replay: ReplayReport | None = None,
+    adoption: Adoption | None = None,
+) -> dict[str, Any]:
     entries = [*snapshot.pending, *snapshot.quarantined]
-    return {
+    counts = {
+        "pending": len(snapshot.pending),
+        "delivered": snapshot.delivered_count,
+        "quarantined": len(snapshot.quarantined),
+    }
+    if snapshot.lost:
+        counts["lost"] = len(snapshot.lost)
+    data = {
         "format": REPORT_FORMAT,
         "root": str(snapshot.root),
-        "counts": {
-            "pending": len(snapshot.pending),
-            "delivered": snapshot.delivered_count,
-            "quarantined": len(snapshot.quarantined),
-        },
+        "counts": counts,
         "entries": [
             {
                 "state": entry.state,
@@ -87,8 +103,34 @@ def report_dict(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) ->
                 "code": entry.code,
             }
             for entry in entries
-        ],
+        ]
+        + [_lost_dict(key) for key in snapshot.lost],
         "replay": None if replay is None else _replay_dict(replay),
+    }
+    if adoption is not None:
+        data["adopted"] = {
+            "outbox_id": adoption.marker.outbox_id,
+            "created": adoption.created,
+            "replaced": adoption.replaced,
+            "written_off": list(adoption.written_off),
+        }
+    return data
+
+
+def _lost_dict(key: str) -> dict[str, Any]:
+    return {
+        "state": "lost",
+        "name": f"{key}.json",
+        "key": key,
+        "run_id": None,
+        "action": None,
+        "worker_id": None,
+        "run_attempt": None,
+        "attempts": None,
+        "last_failure_class": None,
+        "age_seconds": None,
+        "reason": "known pending, found nowhere",
+        "code": None,
     }
 
 
@@ -115,14 +157,24 @@ def _refused(replay: ReplayReport) -> int:
     )
 
 
-def render_json(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> str:
-    return json.dumps(report_dict(snapshot, replay), sort_keys=True, indent=2)
+def render_json(
+    snapshot: OutboxSnapshot,
+    replay: ReplayReport | None = None,
+    adoption: Adoption | None = None,
+) -> str:
+    return json.dumps(report_dict(snapshot, replay, adoption), sort_keys=True, indent=2)
 
 
-def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -> str:
-    data = report_dict(snapshot, replay)
+def render_table(
+    snapshot: OutboxSnapshot,
+    replay: ReplayReport | None = None,
+    adoption: Adoption | None = None,
+) -> str:
+    data = report_dict(snapshot, replay, adoption)
     counts = data["counts"]
     lines = [f"close outbox: {data['root']}"]
+    if adoption is not None:
+        lines.append(_adoption_line(adoption))
     if replay is not None:
         summary = data["replay"]
         lines.append(
@@ -140,6 +192,12 @@ def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -
         f"pending {counts['pending']}  delivered {counts['delivered']}  "
         f"quarantined {counts['quarantined']}"
     )
+    if "lost" in counts:
+        lines.append(
+            f"LOST {counts['lost']}: entries the outbox knew pending are in none of pending/, "
+            "delivered/, quarantine/; restore them, or write them off with "
+            "`close-outbox adopt`"
+        )
     if not data["entries"]:
         return "\n".join(lines)
     rows = [_COLUMNS]
@@ -165,3 +223,15 @@ def render_table(snapshot: OutboxSnapshot, replay: ReplayReport | None = None) -
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def _adoption_line(adoption: Adoption) -> str:
+    what = "created" if adoption.created else "adopted"
+    line = f"{what} and pinned outbox {adoption.marker.outbox_id}"
+    if adoption.replaced is not None:
+        line += f" (the state directory had recorded outbox {adoption.replaced})"
+    if adoption.written_off:
+        line += f"; wrote off {len(adoption.written_off)} lost entries: " + ", ".join(
+            adoption.written_off
+        )
+    return line

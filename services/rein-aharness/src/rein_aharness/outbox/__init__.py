@@ -1,7 +1,9 @@
 """The durable close-evidence outbox (see close-evidence-outbox.md).
 
 One bounded Activity Core completion or failure intent per run and repository
-transaction, kept on local disk until the queue has accepted it.
+transaction, kept on local disk until the queue has accepted it, in directories only the
+worker can change (trust.py), under an identity its state directory records
+(identity.py), with a ledger of what it holds (ledger.py).
 """
 
 from rein_aharness.outbox.errors import (
@@ -9,8 +11,12 @@ from rein_aharness.outbox.errors import (
     InvalidCloseIntentError,
     OutboxConflictError,
     OutboxError,
+    OutboxIntegrityError,
     OutboxPathError,
+    OutboxReplacedError,
+    OutboxUntrustedError,
 )
+from rein_aharness.outbox.identity import Adoption, OutboxMarker, adopt_outbox
 from rein_aharness.outbox.intent import KEY_DOMAIN, PreparedClose, entry_key, prepare_close
 from rein_aharness.outbox.paths import OutboxPaths, default_state_dir, resolve_outbox_root
 from rein_aharness.outbox.record import FAILURE_MARKER, OutboxRecord, QuarantineReason
@@ -26,6 +32,7 @@ from rein_aharness.outbox.store import (
 __all__ = [
     "FAILURE_MARKER",
     "KEY_DOMAIN",
+    "Adoption",
     "CloseRefusedError",
     "DeliveryCallback",
     "EnqueueResult",
@@ -34,15 +41,20 @@ __all__ = [
     "InvalidCloseIntentError",
     "OutboxConflictError",
     "OutboxError",
+    "OutboxIntegrityError",
+    "OutboxMarker",
     "OutboxPathError",
     "OutboxPaths",
     "OutboxRecord",
+    "OutboxReplacedError",
     "OutboxSnapshot",
     "OutboxStore",
+    "OutboxUntrustedError",
     "PreparedClose",
     "QuarantineReason",
     "ReplayReport",
     "Retention",
+    "adopt_outbox",
     "default_state_dir",
     "entry_key",
     "prepare_close",

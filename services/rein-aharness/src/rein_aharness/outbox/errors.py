@@ -11,7 +11,10 @@ __all__ = [
     "InvalidCloseIntentError",
     "OutboxConflictError",
     "OutboxError",
+    "OutboxIntegrityError",
     "OutboxPathError",
+    "OutboxReplacedError",
+    "OutboxUntrustedError",
 ]
 
 
@@ -21,6 +24,28 @@ class OutboxError(Exception):
 
 class OutboxPathError(OutboxError):
     """The state tree cannot be created, or is not the private tree it must be."""
+
+
+class OutboxUntrustedError(OutboxPathError):
+    """A directory on the way to the outbox, or of the outbox, could be changed by
+    someone other than the worker (see trust.py); the message names it and why."""
+
+
+class OutboxIntegrityError(OutboxError):
+    """The outbox does not hold what it remembers holding.
+
+    `lost` are the keys of entries it knew pending that are in none of pending/,
+    delivered/ and quarantine/ (empty for OutboxReplacedError).
+    """
+
+    def __init__(self, message: str, lost: Iterable[str] = ()) -> None:
+        self.lost: tuple[str, ...] = tuple(lost)
+        super().__init__(message)
+
+
+class OutboxReplacedError(OutboxIntegrityError):
+    """close-outbox/ is not the outbox its state directory recorded: gone, without its
+    identity marker or ledger, or another outbox's (see identity.py)."""
 
 
 class InvalidCloseIntentError(OutboxError):

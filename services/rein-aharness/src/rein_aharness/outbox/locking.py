@@ -19,7 +19,7 @@ import anyio
 
 from rein_aharness.outbox.paths import FILE_MODE
 
-__all__ = ["ensure_lock_file", "hold_lock", "hold_lock_async"]
+__all__ = ["ensure_lock_file", "hold_directory_lock", "hold_lock", "hold_lock_async"]
 
 _POLL_SECONDS = 0.05
 
@@ -45,6 +45,18 @@ def hold_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
     fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def hold_directory_lock(path: Path) -> Iterator[None]:
+    """Exclusive flock on a directory itself (the state directory, while the outbox in
+    it is opened or created): no lock file is needed where none exists yet."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

@@ -3,7 +3,8 @@
 The root is chosen once, from the state directory setting or the XDG fallbacks, and is
 never inside a target checkout. Every directory of the tree is 0700 and every file
 0600 *on disk*: modes are set with an explicit chmod after creation, so a permissive
-umask (0o000) cannot widen them and a restrictive one cannot narrow them.
+umask (0o000) cannot widen them and a restrictive one cannot narrow them. Which
+directories are trusted at all is trust.py's; creating the tree is identity.py's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from rein_aharness.outbox.errors import OutboxPathError
@@ -67,46 +69,56 @@ def resolve_outbox_root(
 
 @dataclass(frozen=True)
 class OutboxPaths:
-    """The fixed layout under one root."""
+    """The fixed layout under one root, and the root's record in its state directory.
+
+    Each path is built once (the replay of a backlog asks for them per entry).
+    """
 
     root: Path
 
-    @property
+    @cached_property
+    def state_dir(self) -> Path:
+        return self.root.parent
+
+    @cached_property
     def pending(self) -> Path:
         return self.root / "pending"
 
-    @property
+    @cached_property
     def delivered(self) -> Path:
         return self.root / "delivered"
 
-    @property
+    @cached_property
     def quarantine(self) -> Path:
         return self.root / "quarantine"
 
-    @property
+    @cached_property
     def store_lock(self) -> Path:
         """Held briefly around every read-modify-write of the tree."""
         return self.root / "store.lock"
 
-    @property
+    @cached_property
     def replay_lock(self) -> Path:
         """Held across a whole replay pass, delivery callbacks included."""
         return self.root / "replay.lock"
 
+    @cached_property
+    def marker(self) -> Path:
+        """The outbox's identity (identity.py), written when the outbox is created."""
+        return self.root / "outbox.json"
+
+    @cached_property
+    def ledger(self) -> Path:
+        """The keys the outbox knows pending (ledger.py)."""
+        return self.root / "ledger"
+
+    @cached_property
+    def pin(self) -> Path:
+        """The state directory's copy of the marker: which outbox belongs here."""
+        return self.state_dir / f"{self.root.name}.id"
+
     def directories(self) -> tuple[Path, Path, Path, Path]:
         return (self.root, self.pending, self.delivered, self.quarantine)
-
-    def ensure(self) -> None:
-        """Create the tree (and missing parents) and force every directory to 0700."""
-        parent = self.root.parent
-        missing: list[Path] = []
-        while not parent.exists() and parent != parent.parent:
-            missing.append(parent)
-            parent = parent.parent
-        for path in reversed(missing):
-            ensure_private_dir(path)
-        for path in self.directories():
-            ensure_private_dir(path)
 
 
 def ensure_private_dir(path: Path) -> None:

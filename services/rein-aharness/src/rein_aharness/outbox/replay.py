@@ -26,6 +26,33 @@ directory belongs to one identity, and their close can only be sent by the ident
 that recorded it); the operator's `replay` leaves them pending (set aside), so that the
 recorded identity's credentials can still deliver them.
 
+Group commit (`group_size`, default 64). Each durable step above costs fsyncs, five
+per delivered entry, and a backlog is replayed at the pace of the disk. So a pass takes
+the entries `group_size` at a time, the way a database commits several transactions
+with one flush:
+
+1. the attempts of the whole group are made durable together (`store.begin_attempts`:
+   every updated record written, one flush, every rename, one directory fsync), before
+   the first callback of the group begins;
+2. the callbacks run one after another, as above; a conclusive refusal or an ordinary
+   exception is recorded at once, entry by entry, as above;
+3. the group's deliveries are committed together (`store.finish_group`: every delivered
+   record written, one flush, renamed, directories fsynced, then the pending records
+   removed), and so is undoing the attempt of each entry whose callback never ran (the
+   pass stopped early): its counter is what it was.
+
+Every rule above still holds for each entry: its attempt is durable before its callback
+begins, a normal return ends in delivered/, and a crash at any point leaves each entry
+pending (its attempt counted; sent again by the next pass, where Activity Core
+reconciles the repeat), delivered, or both (a move the next pass finishes without a
+callback), never lost and never sent without a counted attempt. What grouping changes:
+killed (SIGKILL, power loss) after a callback returned but before its group was
+committed, up to `group_size` entries are sent again rather than one; and the entries of
+the group whose callback had not begun keep the attempt counted for them. An interrupt
+or cancellation still propagates, after the deliveries and the uncounted attempts the
+group already knows are committed (shielded). `group_size=1` is the entry-by-entry path
+above, with its five fsyncs per entry.
+
 Which failures end a pass (`stop_on`): those that every later entry would meet too. For
 the worker these are a transport outage and an auth refusal (401/403) of an entry
 recorded under its own identity: Activity Core checks credentials before the body, and
@@ -45,11 +72,12 @@ recording a new close.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
 
+import anyio
 import anyio.to_thread
 
 from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition
@@ -58,7 +86,9 @@ from rein_aharness.outbox.locking import hold_lock_async
 from rein_aharness.outbox.record import OutboxRecord, QuarantineReason, failure_class_name
 from rein_aharness.outbox.store import OutboxStore
 
-__all__ = ["DeliveryCallback", "EntryOutcome", "ReplayReport", "replay_pending"]
+__all__ = ["GROUP_SIZE", "DeliveryCallback", "EntryOutcome", "ReplayReport", "replay_pending"]
+
+GROUP_SIZE = 64
 
 DeliveryCallback = Callable[[OutboxRecord], Awaitable[CloseDisposition | None]]
 
@@ -76,12 +106,14 @@ class EntryOutcome:
 
 @dataclass
 class ReplayReport:
-    """What one pass did; `stopped_early` when a `stop_on` failure ended it."""
+    """What one pass did; `stopped_early` when a `stop_on` failure ended it; `lost`: keys
+    of entries the outbox knew pending that are gone (logged by the store)."""
 
     outcomes: list[EntryOutcome] = field(default_factory=list)
     invalid_quarantined: int = 0
     pruned: int = 0
     stopped_early: bool = False
+    lost: tuple[str, ...] = ()
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for item in self.outcomes if item.outcome == outcome)
@@ -95,6 +127,7 @@ async def replay_pending(
     stop_on: tuple[type[Exception], ...] = (),
     identity: str | None = None,
     quarantine_foreign: bool = False,
+    group_size: int = GROUP_SIZE,
 ) -> ReplayReport:
     """Deliver up to `limit` pending entries (all when None), oldest first.
 
@@ -104,16 +137,20 @@ async def replay_pending(
     entry stays pending as usual and the pass ends, instead of failing every remaining
     entry the same way. `identity`: deliver only entries recorded under this worker
     identity; the others are quarantined (`quarantine_foreign`) or set aside, whatever
-    the limit, and never sent.
+    the limit, and never sent. `group_size`: how many entries share one flush (see the
+    module docstring); 1 is entry by entry.
     """
     if limit is not None and limit < 0:
         raise ValueError("limit must not be negative")
+    if group_size < 1:
+        raise ValueError("group_size must be at least 1")
     report = ReplayReport()
     async with hold_lock_async(store.paths.replay_lock):
         plan = await anyio.to_thread.run_sync(
             partial(store.prepare_replay, identity=identity, quarantine_foreign=quarantine_foreign)
         )
         report.invalid_quarantined = plan.quarantined
+        report.lost = plan.lost
         foreign_outcome: Outcome = "quarantined" if quarantine_foreign else "set_aside"
         for record in plan.foreign:
             report.outcomes.append(
@@ -125,12 +162,19 @@ async def replay_pending(
                 )
             )
         selected = plan.deliverable if limit is None else plan.deliverable[:limit]
-        for record in selected:
-            outcome, stop = await _deliver_one(store, deliver, record, stop_on)
-            report.outcomes.append(outcome)
-            if stop:
-                report.stopped_early = True
-                break
+        if group_size == 1:
+            for record in selected:
+                outcome, stop = await _deliver_one(store, deliver, record, stop_on)
+                report.outcomes.append(outcome)
+                if stop:
+                    report.stopped_early = True
+                    break
+        else:
+            for start in range(0, len(selected), group_size):
+                group = selected[start : start + group_size]
+                if await _deliver_group(store, deliver, group, stop_on, report.outcomes):
+                    report.stopped_early = True
+                    break
         report.pruned = await anyio.to_thread.run_sync(store.prune_delivered)
     return report
 
@@ -170,3 +214,68 @@ async def _failed(
     await anyio.to_thread.run_sync(partial(store.record_failure, record.key, name))
     stop = bool(stop_on) and isinstance(exc, stop_on)
     return EntryOutcome(record.key, record.run_id, "failed", name), stop
+
+
+async def _deliver_group(
+    store: OutboxStore,
+    deliver: DeliveryCallback,
+    group: Sequence[OutboxRecord],
+    stop_on: tuple[type[Exception], ...],
+    outcomes: list[EntryOutcome],
+) -> bool:
+    """Deliver one group (see the module docstring); True when a `stop_on` failure ended
+    the pass."""
+    attempted = await anyio.to_thread.run_sync(store.begin_attempts, group)
+    delivered: list[tuple[OutboxRecord, CloseDisposition | None]] = []
+    begun = 0  # entries whose callback began (or that were skipped)
+    stop = False
+    try:
+        for original, current in zip(group, attempted, strict=True):
+            begun += 1
+            if current is None:
+                outcomes.append(EntryOutcome(original.key, original.run_id, "skipped"))
+                continue
+            try:
+                disposition = await deliver(current)
+            except CloseRefusedError as refusal:
+                if refusal.code in CONCLUSIVE_CLOSE_REFUSALS:
+                    await anyio.to_thread.run_sync(
+                        store.quarantine_refused, current.key, refusal.code
+                    )
+                    outcomes.append(
+                        EntryOutcome(current.key, current.run_id, "quarantined", refusal.code.value)
+                    )
+                    continue
+                outcome, stop = await _failed(store, current, refusal, stop_on)
+            except Exception as exc:
+                outcome, stop = await _failed(store, current, exc, stop_on)
+            else:
+                if not isinstance(disposition, CloseDisposition):
+                    disposition = None
+                delivered.append((current, disposition))
+                detail = disposition.value if disposition is not None else None
+                outcome = EntryOutcome(current.key, current.run_id, "delivered", detail)
+            outcomes.append(outcome)
+            if stop:
+                break
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _finish(store, delivered, group, attempted, begun)
+        raise
+    await _finish(store, delivered, group, attempted, begun)
+    return stop
+
+
+async def _finish(
+    store: OutboxStore,
+    delivered: list[tuple[OutboxRecord, CloseDisposition | None]],
+    group: Sequence[OutboxRecord],
+    attempted: Sequence[OutboxRecord | None],
+    begun: int,
+) -> None:
+    not_attempted = [
+        (current, original)
+        for original, current in zip(group[begun:], attempted[begun:], strict=True)
+        if current is not None
+    ]
+    await anyio.to_thread.run_sync(store.finish_group, delivered, not_attempted)

@@ -2,6 +2,8 @@
 
 Layout under the root (all directories 0700, all files 0600)::
 
+    outbox.json           the outbox's identity marker (identity.py)
+    ledger                the keys it knows pending (ledger.py)
     store.lock            flock held briefly around every read-modify-write
     replay.lock           flock held across a whole replay pass (see replay.py)
     pending/<key>.json    entries waiting for delivery (state "pending")
@@ -10,7 +12,8 @@ Layout under the root (all directories 0700, all files 0600)::
     quarantine/<stem>.reason.json   each with a bounded reason sidecar
 
 Every method that changes the tree holds `store.lock` and writes through
-`durable.write_atomic`, so each transition has one commit point:
+`durable.write_atomic` (or, for a group of entries, `durable.write_group`: the same
+steps with one flush for all of them), so each transition has one commit point:
 
 * enqueue: the replace of `pending/<key>.json`;
 * attempt / failure: the replace of `pending/<key>.json` with the new counters;
@@ -21,6 +24,10 @@ Every method that changes the tree holds `store.lock` and writes through
 * quarantine: the sidecar is written first, then the record is renamed intact, so a
   quarantined record always has its reason. A crash between the two leaves the record
   where it was, to be judged again.
+
+`begin_attempts` and `finish_group` are `begin_attempt` and `mark_delivered` for a group
+of entries (replay.py, group commit): each entry keeps its own commit point above, and
+only the flushes are shared.
 
 Retention: quarantine is never pruned. `delivered/` keeps every record delivered in the
 last 7 days and, beyond that, the newest 1,000; older ones are removed at the end of
@@ -53,15 +60,22 @@ the refusals above and is quarantined (noise for an operator, not a changed run)
 
 Names starting with `.tmp-` are reserved for temp files. They are written only under
 `store.lock`, so one found while holding it is a crash leftover and is removed.
+
+Opening a store checks that its directories deserve trust (trust.py) and that it is the
+outbox its state directory recorded (identity.py); with `verify` (the default, and what
+the worker uses) it also refuses an outbox that lost entries it knew pending
+(OutboxIntegrityError). Every replay pass brings the ledger up to date and logs a lost
+entry once; `snapshot` reports them (`lost`) without writing anything.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -70,16 +84,32 @@ from typing import Any, Literal
 
 from ops_contracts import CloseAction, CloseDisposition, RefusalCode, canonical_json
 from rein_aharness.outbox.durable import (
+    FileVersion,
+    file_version,
     fsync_dir,
     is_temp_name,
     move_no_clobber,
     read_bounded,
     unlink_durable,
     write_atomic,
+    write_group,
 )
-from rein_aharness.outbox.errors import OutboxConflictError
+from rein_aharness.outbox.errors import (
+    OutboxConflictError,
+    OutboxIntegrityError,
+    OutboxReplacedError,
+)
+from rein_aharness.outbox.identity import OutboxMarker, open_outbox
 from rein_aharness.outbox.intent import PreparedClose, prepare_close
-from rein_aharness.outbox.locking import ensure_lock_file, hold_lock
+from rein_aharness.outbox.ledger import (
+    Ledger,
+    LedgerProblem,
+    append_ledger,
+    read_ledger,
+    scan_keys,
+    write_ledger,
+)
+from rein_aharness.outbox.locking import hold_lock
 from rein_aharness.outbox.paths import OutboxPaths
 from rein_aharness.outbox.record import (
     MAX_RECORD_BYTES,
@@ -105,6 +135,8 @@ __all__ = [
     "Retention",
     "sidecar_name",
 ]
+
+log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".reason.json"
 SIDECAR_FORMAT = "rein-aharness/close-outbox-quarantine-reason/v1"
@@ -152,20 +184,27 @@ class EntrySummary:
 @dataclass(frozen=True)
 class ReplayPlan:
     """Deliverable entries, oldest first; how many invalid records were quarantined; the
-    entries recorded under another worker identity (quarantined or set aside)."""
+    entries recorded under another worker identity (quarantined or set aside); the keys
+    of lost entries."""
 
     deliverable: list[OutboxRecord]
     quarantined: int
     foreign: list[OutboxRecord] = field(default_factory=list)
+    lost: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class OutboxSnapshot:
+    """`lost`: keys the outbox knew pending that are in none of its directories."""
+
     root: Path
     taken_at: datetime
     pending: tuple[EntrySummary, ...]
     delivered_count: int
     quarantined: tuple[EntrySummary, ...]
+    lost: tuple[str, ...] = ()
+    outbox_id: str | None = None
+    created_by: str | None = None  # the worker identity that created the outbox
 
 
 def sidecar_name(entry: str) -> str:
@@ -186,7 +225,14 @@ def _utc_now() -> datetime:
 
 
 class OutboxStore:
-    """One outbox root. Safe to use from several threads and processes at once."""
+    """One outbox root. Safe to use from several threads and processes at once.
+
+    `identity`: the worker identity opening it, recorded in the marker of an outbox this
+    creates. `verify`: refuse (OutboxIntegrityError) an outbox that lost entries it knew
+    pending; without it they are only reported (`snapshot().lost`), which is what the
+    operator commands want. Either way an untrusted directory (OutboxUntrustedError) and
+    a replaced outbox (OutboxReplacedError) are refused.
+    """
 
     def __init__(
         self,
@@ -194,16 +240,36 @@ class OutboxStore:
         *,
         clock: Callable[[], datetime] = _utc_now,
         retention: Retention | None = None,
+        identity: str | None = None,
+        verify: bool = True,
     ) -> None:
         self.paths = OutboxPaths(root)
         self._clock = clock
         self._retention = retention or Retention()
-        self._validated_delivered: dict[str, tuple[tuple[int, int, int], datetime]] = {}
-        self.paths.ensure()
-        # Create both lock files now, so they exist with mode 0600 from the start. Not by
-        # locking them: the replay lock may be held for a whole delivery pass.
-        for lock in (self.paths.store_lock, self.paths.replay_lock):
-            ensure_lock_file(lock)
+        self._validated_delivered: dict[str, tuple[FileVersion, datetime]] = {}
+        # The pending records this store last read or wrote, by key, with the version of
+        # the file: a group does not parse again what it already holds (begin_attempts).
+        self._pending_versions: dict[str, tuple[FileVersion, OutboxRecord]] = {}
+        self._reported_lost: set[str] = set()
+        # Creates the tree (with both lock files, 0600 from the start) if it is new.
+        self.marker: OutboxMarker = open_outbox(self.paths, identity=identity, clock=clock)
+        if verify:
+            with self._locked():
+                # Not logged: the refusal is the one line that reports it.
+                lost = self._reconcile(log_lost=False)
+            if lost:
+                shown = ", ".join(lost[:3]) + (", ..." if len(lost) > 3 else "")
+                raise OutboxIntegrityError(
+                    f"{self.paths.root}: {len(lost)} entries known pending are gone (in none "
+                    f"of pending/, delivered/, quarantine/): {shown}; restore them, or write "
+                    f"them off with `rein-aharness close-outbox adopt`",
+                    lost,
+                )
+
+    def check_integrity(self) -> tuple[str, ...]:
+        """Bring the ledger up to date with the tree; the keys of lost entries."""
+        with self._locked():
+            return self._reconcile()
 
     # -- enqueue ---------------------------------------------------------------------
 
@@ -272,6 +338,8 @@ class OutboxStore:
                 attempt=prepared.attempt,
             )
             self._write(record)
+            # After the entry is durable, before enqueue returns (ledger.py: why this order).
+            append_ledger(self.paths.ledger, added=[record.key], durable=True)
             return EnqueueResult(state="pending", record=record, created=True)
 
     @staticmethod
@@ -311,6 +379,8 @@ class OutboxStore:
                 pending.append(self._summary("pending", name, record, None, None))
             delivered = sum(1 for _ in self._names(self.paths.delivered))
             quarantined = [self._quarantine_summary(name) for name in self._quarantine_names()]
+            ledger = self._ledger()
+            in_pending, settled = scan_keys(self.paths)
         pending.sort(key=_age_order)
         quarantined.sort(key=_age_order)
         return OutboxSnapshot(
@@ -319,6 +389,9 @@ class OutboxStore:
             pending=tuple(pending),
             delivered_count=delivered,
             quarantined=tuple(quarantined),
+            lost=tuple(sorted(ledger.known - in_pending - settled)),
+            outbox_id=self.marker.outbox_id,
+            created_by=self.marker.worker_id,
         )
 
     def _quarantine_summary(self, name: str) -> EntrySummary:
@@ -373,7 +446,7 @@ class OutboxStore:
         """
         with self._locked():
             before = sum(1 for _ in self._quarantine_names())
-            for directory in self.paths.directories()[1:]:
+            for directory in self.paths.directories():
                 self._remove_stray_temps(directory)
             deliverable: list[OutboxRecord] = []
             foreign: list[OutboxRecord] = []
@@ -396,9 +469,12 @@ class OutboxStore:
             quarantined = sum(1 for _ in self._quarantine_names()) - before
             if quarantine_foreign:
                 quarantined -= len(foreign)
+            lost = self._reconcile()
         deliverable.sort(key=_delivery_order)
         foreign.sort(key=_delivery_order)
-        return ReplayPlan(deliverable=deliverable, quarantined=quarantined, foreign=foreign)
+        return ReplayPlan(
+            deliverable=deliverable, quarantined=quarantined, foreign=foreign, lost=lost
+        )
 
     def begin_attempt(self, key: str) -> OutboxRecord | None:
         """Durably count one more delivery attempt; None if the entry is no longer
@@ -438,6 +514,7 @@ class OutboxStore:
             )
             self._write(delivered)
             unlink_durable(self.paths.pending / name)
+            append_ledger(self.paths.ledger, removed=[key], durable=False)
 
     def quarantine_refused(self, key: str, code: RefusalCode) -> None:
         """Move the entry intact to quarantine/ after a conclusive refusal."""
@@ -455,6 +532,117 @@ class OutboxStore:
                 record=record,
             )
 
+    # -- grouped replay transitions (group commit; see replay.py) ---------------------
+
+    def begin_attempts(self, records: Sequence[OutboxRecord]) -> list[OutboxRecord | None]:
+        """`begin_attempt` for several entries with one flush: every attempt is durable
+        when this returns, before any of their callbacks begins. None for an entry that
+        is no longer deliverable.
+
+        A record this store read or wrote, whose file has not changed since (same inode,
+        mtime and size), is not parsed again.
+        """
+        with self._locked():
+            current = [self._pending_as_known(record.key) for record in records]
+            now = self._clock()
+            updated = [
+                None
+                if record is None
+                else record.model_copy(
+                    update={"attempts": record.attempts + 1, "last_attempt_at": now}
+                )
+                for record in current
+            ]
+            self._write_pending_group([record for record in updated if record is not None])
+            return updated
+
+    def finish_group(
+        self,
+        delivered: Sequence[tuple[OutboxRecord, CloseDisposition | None]],
+        not_attempted: Sequence[tuple[OutboxRecord, OutboxRecord]] = (),
+    ) -> None:
+        """Commit a group's outcomes with one flush: each delivered entry (the record
+        begin_attempts returned, with its disposition) to delivered/, then drop it from
+        pending/; and each `(attempted, original)` whose callback never ran back to its
+        original record, so its attempt is not counted.
+
+        An entry whose pending file is no longer the one begin_attempts wrote is handled
+        one by one, as mark_delivered would (or left alone, for a not-attempted one).
+        """
+        with self._locked():
+            now = self._clock()
+            writes: list[tuple[Path, str, bytes]] = []
+            moved: list[tuple[str, OutboxRecord]] = []
+            restored: list[OutboxRecord] = []
+            changed: list[tuple[str, CloseDisposition | None]] = []
+            for record, disposition in delivered:
+                if not self._is_ours(record):
+                    changed.append((record.key, disposition))
+                    continue
+                final = record.model_copy(
+                    update={"state": "delivered", "delivered_at": now, "disposition": disposition}
+                )
+                writes.append((self.paths.delivered, entry_name(final.key), encode_record(final)))
+                moved.append((entry_name(final.key), final))
+            for attempted, original in not_attempted:
+                if self._is_ours(attempted):
+                    writes.append(
+                        (self.paths.pending, entry_name(original.key), encode_record(original))
+                    )
+                    restored.append(original)
+            versions = write_group(writes)
+            for (name, final), version in zip(moved, versions[: len(moved)], strict=True):
+                assert final.delivered_at is not None
+                self._validated_delivered[name] = (version, final.delivered_at)
+            for original, version in zip(restored, versions[len(moved) :], strict=True):
+                self._pending_versions[original.key] = (version, original)
+            # The delivered records are durable: removing the pending ones finishes the
+            # moves (a crash before this leaves twins, which the next pass settles).
+            for name, final in moved:
+                os.unlink(f"{self.paths.pending}/{name}")
+                self._pending_versions.pop(final.key, None)
+            if moved:
+                fsync_dir(self.paths.pending)
+                append_ledger(
+                    self.paths.ledger, removed=[final.key for _, final in moved], durable=False
+                )
+        for key, disposition in changed:
+            self.mark_delivered(key, disposition)
+
+    def _pending_as_known(self, key: str) -> OutboxRecord | None:
+        """The deliverable pending record under `key`, from the cache while its file is
+        the version read or written last (caller holds the store lock)."""
+        name = entry_name(key)
+        cached = self._pending_versions.get(key)
+        if cached is not None:
+            try:
+                info = os.lstat(f"{self.paths.pending}/{name}")
+            except FileNotFoundError:
+                return None
+            if file_version(info) == cached[0] and not os.path.lexists(
+                f"{self.paths.delivered}/{name}"
+            ):
+                return cached[1]
+        return self._load_pending(name)
+
+    def _is_ours(self, record: OutboxRecord) -> bool:
+        """Whether pending/ still holds exactly `record` as this store wrote it."""
+        cached = self._pending_versions.get(record.key)
+        if cached is None or cached[1] != record:
+            return False
+        try:
+            info = os.lstat(f"{self.paths.pending}/{entry_name(record.key)}")
+        except FileNotFoundError:
+            return False
+        return file_version(info) == cached[0]
+
+    def _write_pending_group(self, records: Sequence[OutboxRecord]) -> None:
+        versions = write_group(
+            [(self.paths.pending, entry_name(r.key), encode_record(r)) for r in records]
+        )
+        for record, version in zip(records, versions, strict=True):
+            self._pending_versions[record.key] = (version, record)
+
     def prune_delivered(self) -> int:
         """Apply the delivered/ retention; quarantine invalid delivered records.
 
@@ -464,7 +652,7 @@ class OutboxStore:
         """
         with self._locked():
             records: list[tuple[datetime, str]] = []
-            seen: dict[str, tuple[tuple[int, int, int], datetime]] = {}
+            seen: dict[str, tuple[FileVersion, datetime]] = {}
             for name in self._names(self.paths.delivered):
                 delivered_at = self._delivered_at(name, seen)
                 if delivered_at is not None:
@@ -472,19 +660,28 @@ class OutboxStore:
             self._validated_delivered = seen
             records.sort(reverse=True)
             horizon = self._clock() - self._retention.max_age
-            pruned = 0
-            for delivered_at, name in records[self._retention.keep_newest :]:
-                if delivered_at < horizon:
-                    os.unlink(self.paths.delivered / name)
-                    pruned += 1
-            if pruned:
-                fsync_dir(self.paths.delivered)
-            return pruned
+            doomed = [
+                name
+                for delivered_at, name in records[self._retention.keep_newest :]
+                if delivered_at < horizon
+            ]
+            if not doomed:
+                return 0
+            # A delivered record is what tells a moved entry from a lost one: the ledger
+            # must say it left pending/ (durably) before the record goes.
+            keys = {key for key in map(key_from_name, doomed) if key is not None}
+            append_ledger(
+                self.paths.ledger, removed=sorted(keys & self._ledger().known), durable=True
+            )
+            for name in doomed:
+                os.unlink(self.paths.delivered / name)
+            fsync_dir(self.paths.delivered)
+            return len(doomed)
 
     # -- internals -------------------------------------------------------------------
 
     def _delivered_at(
-        self, name: str, seen: dict[str, tuple[tuple[int, int, int], datetime]]
+        self, name: str, seen: dict[str, tuple[FileVersion, datetime]]
     ) -> datetime | None:
         """The record's delivered_at, or None after quarantining an invalid record."""
         directory = self.paths.delivered
@@ -493,7 +690,7 @@ class OutboxStore:
         except OSError:
             info = None
         if info is not None:
-            version = (info.st_ino, info.st_mtime_ns, info.st_size)
+            version = file_version(info)
             cached = self._validated_delivered.get(name)
             if cached is not None and cached[0] == version:
                 seen[name] = cached
@@ -505,11 +702,57 @@ class OutboxStore:
             return None
         assert record.delivered_at is not None  # parse_record checks it
         if info is not None:
-            seen[name] = ((info.st_ino, info.st_mtime_ns, info.st_size), record.delivered_at)
+            seen[name] = (file_version(info), record.delivered_at)
         return record.delivered_at
 
     def _locked(self) -> AbstractContextManager[None]:
         return hold_lock(self.paths.store_lock)
+
+    def _ledger(self) -> Ledger:
+        """The ledger, which must be this outbox's (caller holds the store lock)."""
+        try:
+            ledger = read_ledger(self.paths.ledger)
+        except LedgerProblem as problem:
+            raise OutboxReplacedError(str(problem)) from None
+        if ledger.outbox_id != self.marker.outbox_id:
+            raise OutboxReplacedError(
+                f"{self.paths.ledger}: belongs to outbox {ledger.outbox_id}, not to "
+                f"{self.marker.outbox_id}, which was opened here (the directory was replaced)"
+            )
+        return ledger
+
+    def _reconcile(self, *, log_lost: bool = True) -> tuple[str, ...]:
+        """Bring the ledger up to date with the tree; the keys of lost entries, each
+        logged once per store (`log_lost`). Caller holds the store lock.
+
+        Pending entries it does not know (an enqueue killed before its ledger line)
+        become known; known ones that reached delivered/ or quarantine/ (a move killed
+        before its ledger line) stop being known. Neither is an alarm.
+        """
+        ledger = self._ledger()
+        in_pending, settled = scan_keys(self.paths)
+        unknown = in_pending - ledger.known
+        moved = (ledger.known & settled) - in_pending
+        if unknown or moved:
+            append_ledger(
+                self.paths.ledger, added=sorted(unknown), removed=sorted(moved), durable=True
+            )
+        known = (ledger.known | unknown) - moved
+        if ledger.needs_compaction():
+            write_ledger(self.paths, self.marker.outbox_id, known)
+        lost = known - in_pending - settled
+        if not log_lost:
+            return tuple(sorted(lost))
+        for key in sorted(lost - self._reported_lost):
+            log.error(
+                "close outbox %s: entry %s was known pending and is gone: in none of "
+                "pending/, delivered/, quarantine/",
+                self.paths.root,
+                key,
+                extra={"key": key},
+            )
+        self._reported_lost |= lost
+        return tuple(sorted(lost))
 
     def _dir(self, state: EntryState) -> Path:
         return self.paths.pending if state == "pending" else self.paths.delivered
@@ -537,6 +780,14 @@ class OutboxStore:
 
     @staticmethod
     def _read(directory: Path, name: str, state: EntryState) -> OutboxRecord:
+        return OutboxStore._read_versioned(directory, name, state)[0]
+
+    @staticmethod
+    def _read_versioned(
+        directory: Path, name: str, state: EntryState
+    ) -> tuple[OutboxRecord, FileVersion]:
+        """The record and the version of the file it was read from (the caller holds
+        the store lock, so the file is not replaced between the two)."""
         path = directory / name
         if key_from_name(name) is None:
             raise RecordProblem(QuarantineReason.unexpected_name)
@@ -552,7 +803,7 @@ class OutboxStore:
             raise RecordProblem(QuarantineReason.unreadable) from exc
         if data is None:
             raise RecordProblem(QuarantineReason.oversized)
-        return parse_record(data, name=name, state=state)
+        return parse_record(data, name=name, state=state), file_version(info)
 
     def _read_quarantined(self, name: str) -> OutboxRecord | None:
         """The record in quarantine/ if it is a valid record (in either state)."""
@@ -586,10 +837,11 @@ class OutboxStore:
         if not os.path.lexists(directory / name):
             return None
         try:
-            record = self._read(directory, name, "pending")
+            record, version = self._read_versioned(directory, name, "pending")
         except RecordProblem as problem:
             self._quarantine(directory, name, "pending", problem.reason)
             return None
+        self._pending_versions[record.key] = (version, record)
         twin_path = self.paths.delivered / name
         if os.path.lexists(twin_path):
             try:
@@ -599,6 +851,7 @@ class OutboxStore:
                 return record
             if _same_intent(twin, record):
                 unlink_durable(directory / name)
+                append_ledger(self.paths.ledger, removed=[record.key], durable=False)
             else:
                 self._quarantine(
                     directory, name, "pending", QuarantineReason.conflicts_with_delivered
@@ -641,6 +894,9 @@ class OutboxStore:
         }
         write_atomic(self.paths.quarantine, sidecar_name(target), canonical_json(sidecar))
         move_no_clobber(directory / name, self.paths.quarantine / target)
+        key = key_from_name(name)
+        if source == "pending" and key is not None:
+            append_ledger(self.paths.ledger, removed=[key], durable=True)
         return target
 
     def _free_quarantine_name(self, name: str) -> str:

@@ -148,7 +148,8 @@ async def open_worker(
     transports = transports or Transports()
     state_dir = state_dir_for(settings, environ)
     check_state_outside_repositories(settings, state_dir)
-    store = OutboxStore(resolve_outbox_root(state_dir, environ))
+    # Refuses an untrusted, replaced or emptied outbox (outbox/trust.py, identity.py).
+    store = OutboxStore(resolve_outbox_root(state_dir, environ), identity=worker_id)
     worktrees_root = state_dir / WORKTREES_DIR
     token = settings.activity_core_worker_token
 
