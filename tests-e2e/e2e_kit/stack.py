@@ -109,10 +109,14 @@ class Stack:
         )
 
     def ui_page(self, path: str, *, replica: int = 0) -> httpx.Response:
-        """A UI page as a signed-in operator: through the login form, with its cookie."""
-        with httpx.Client(base_url=self.url(replica), follow_redirects=True, timeout=15) as ui:
+        """A UI page as a signed-in operator: through the login form (name and token, from
+        the UI's own origin, as a browser sends it), with its session cookie."""
+        base = self.url(replica)
+        with httpx.Client(base_url=base, follow_redirects=True, timeout=15) as ui:
             login = ui.post(
-                "/ops/ui/login", data={"token": self.config.operator_token, "next": path}
+                "/ops/ui/login",
+                data={"name": "operator", "token": self.config.operator_token, "next": path},
+                headers={"origin": base},
             )
             assert login.status_code == 200, login.text
             assert ui.cookies, "the login form set no session cookie"
