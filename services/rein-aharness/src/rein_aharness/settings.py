@@ -2,21 +2,30 @@
 
 Built in the CLI entry (never at import time), so tests construct their own. A bad
 value stops the command at start with one line naming the variable; the value itself
-is never echoed, since one of them is a credential.
+is never echoed, since one of them is a credential. The credentials may come from files
+instead (`<VARIABLE>_FILE`, as a mounted Kubernetes Secret provides them), read the way
+activity-core reads its own.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
 
-__all__ = ["Settings", "SettingsProblem", "load_settings", "parse_bind_address"]
+__all__ = [
+    "SECRET_VARIABLES",
+    "Settings",
+    "SettingsProblem",
+    "load_settings",
+    "parse_bind_address",
+]
 
 
 class SettingsProblem(Exception):
@@ -41,6 +50,7 @@ class Settings(BaseSettings):
 
     ACTIVITY_CORE_URL           base URL of Activity Core's API (needed to replay/run)
     ACTIVITY_CORE_WORKER_TOKEN  bearer credential of the worker identity
+    ACTIVITY_CORE_WORKER_TOKEN_FILE  or a file whose contents are that credential
     ACTIVITY_CORE_WORKER_ID     the exact, non-secret identity bound to that token
     REIN_AHARNESS_STATE_DIR     absolute state root (default: XDG state dir)
     REIN_AHARNESS_PROFILES      the harness profile catalogue file
@@ -52,6 +62,7 @@ class Settings(BaseSettings):
                                         gateway and legacy approaches
     REIN_AHARNESS_GLAS_URL              a remote Glas gateway; unset: the local gateway
     REIN_AHARNESS_GLAS_TOKEN            its bearer credential
+    REIN_AHARNESS_GLAS_TOKEN_FILE       or a file whose contents are that credential
     REIN_AHARNESS_GLAS_TIMEOUT_SECONDS  how long one remote request may take (1800)
     REIN_AHARNESS_EVENT_SINK_URL        where completion events are POSTed; unset: logged
     REIN_AHARNESS_LEASE_SECONDS         claim lease, 3..86400 (900); heartbeat every third
@@ -150,14 +161,67 @@ class Settings(BaseSettings):
         return value
 
 
-def load_settings() -> Settings:
-    """Read the environment; raise SettingsProblem with a one-line message."""
+# The credentials a deployment may hand over as files (a mounted Kubernetes Secret, a
+# Docker secret): `<VARIABLE>_FILE` names a file whose contents are the value, one trailing
+# newline dropped. Setting both the variable and its `_FILE` is refused: which one wins
+# would otherwise be a guess.
+SECRET_VARIABLES = ("ACTIVITY_CORE_WORKER_TOKEN", "REIN_AHARNESS_GLAS_TOKEN")
+_MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
+def _secret_from_file(variable: str, environ: Mapping[str, str]) -> str | None:
+    """The value the file named by `<variable>_FILE` holds; None when that is unset or
+    empty. Raises SettingsProblem naming the `_FILE` variable (and the path, never the
+    contents) for a file that cannot be read, is empty, larger than 64 KiB or not UTF-8,
+    and when `variable` is set as well. `environ` is matched by upper-case names."""
+    file_variable = f"{variable}_FILE"
+    path = environ.get(file_variable, "").strip()
+    if not path:
+        return None
+    if environ.get(variable):
+        raise SettingsProblem(f"{file_variable}: {variable} is set as well; set only one")
     try:
-        return Settings()
+        with open(path, "rb") as handle:
+            raw = handle.read(_MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise SettingsProblem(f"{file_variable}: cannot read {path} ({reason})") from None
+    if len(raw) > _MAX_SECRET_FILE_BYTES:
+        raise SettingsProblem(f"{file_variable}: {path} is larger than 64 KiB")
+    try:
+        value = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise SettingsProblem(f"{file_variable}: {path} is not UTF-8 text") from None
+    if not value.strip():
+        raise SettingsProblem(f"{file_variable}: {path} is empty")
+    return value
+
+
+def load_settings() -> Settings:
+    """Read the environment, and the credentials' `_FILE`s; raise SettingsProblem with
+    one line naming every bad variable (a value read from a file under its `_FILE`)."""
+    # pydantic-settings matches names case-insensitively here; so does the both-set check.
+    environ = {name.upper(): value for name, value in os.environ.items()}
+    problems: list[str] = []
+    from_files: dict[str, Any] = {}
+    for variable in SECRET_VARIABLES:
+        try:
+            value = _secret_from_file(variable, environ)
+        except SettingsProblem as exc:
+            problems.append(str(exc))
+            continue
+        if value is not None:
+            from_files[variable.lower()] = value
+    try:
+        settings = Settings(**from_files)
     except ValidationError as exc:
-        problems = []
         for error in exc.errors():
             variable = str(error["loc"][0]).upper() if error["loc"] else "environment"
+            if variable.lower() in from_files:
+                variable += "_FILE"
             message = str(error["msg"]).splitlines()[0]
             problems.append(f"{variable}: {message}")
-        raise SettingsProblem("invalid setting " + "; ".join(problems)) from None
+    else:
+        if not problems:
+            return settings
+    raise SettingsProblem("invalid setting " + "; ".join(problems))
