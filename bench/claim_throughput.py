@@ -1334,7 +1334,7 @@ async def stop_process(proc: asyncio.subprocess.Process) -> None:
 
 def server_log_note(path: Path) -> str:
     lines = path.read_text(errors="replace").splitlines()
-    problems = [ln for ln in lines if '"level": "error"' in ln or "Traceback" in ln]
+    problems = [ln for ln in lines if '"level":"ERROR"' in ln or "Traceback" in ln]
     return f"server log: {len(lines):,} lines, {len(problems)} errors" + (
         f" (first: {problems[0][:200]})" if problems else ""
     )

@@ -72,7 +72,7 @@ def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
             (
                 line
                 for line in log_lines(worker)
-                if line.get("msg") == "lease lost; abandoning the run"
+                if line.get("message") == "lease lost; abandoning the run"
                 and line.get("run_id") == run_id
             ),
             None,
@@ -94,7 +94,7 @@ def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
     finished = [
         line
         for line in log_lines(worker)
-        if line.get("msg") == "approach finished" and line.get("run_id") == run_id
+        if line.get("message") == "approach finished" and line.get("run_id") == run_id
     ]
     assert [line["ended"] for line in finished] == ["cancelled"]
     worktrees = config.state_dir / "worktrees"
@@ -123,13 +123,13 @@ def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
     closes = [
         line
         for line in serve_lines
-        if line.get("run_id") == run_id and line["msg"].startswith(("run complete", "run fail"))
+        if line.get("run_id") == run_id and line["message"].startswith(("run complete", "run fail"))
     ]
     assert closes == []
     cancelled = [
         line
         for line in serve_lines
-        if line.get("run_id") == run_id and line["msg"] == "run cancelled by operator operator"
+        if line.get("run_id") == run_id and line["message"] == "run cancelled by operator operator"
     ]
     assert [(line["worker_id"], line["attempt"]) for line in cancelled] == [(WORKER, 1)]
     # and none of its work landed

@@ -85,7 +85,7 @@ def test_a_lost_complete_answer_is_kept_replayed_at_the_next_start_and_reconcile
     dispositions = [
         line["disposition"]
         for line in log_lines(serve)
-        if line.get("run_id") == run_id and line["msg"].startswith("run complete")
+        if line.get("run_id") == run_id and line["message"].startswith("run complete")
     ]
     assert dispositions[0] == "applied"
     assert dispositions[-1] == "reconciled"

@@ -44,9 +44,9 @@ def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
     ]
     serve = stack.serves[0][0]
     assert [
-        line["msg"]
+        line["message"]
         for line in log_lines(serve)
-        if line.get("run_id") == run_id and line["msg"].startswith("run fail")
+        if line.get("run_id") == run_id and line["message"].startswith("run fail")
     ] == ["run fail reopened", "run fail reopened", "run fail applied"]
     # nothing landed, nothing changed in the repository
     assert landing_branches(repository) == {}

@@ -156,5 +156,5 @@ def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothi
         }
     # the workers met the outage and rode it out themselves
     assert all(worker.alive and worker.starts == 1 for worker in workers)
-    messages = {line["msg"] for worker in workers for line in log_lines(worker)}
+    messages = {line["message"] for worker in workers for line in log_lines(worker)}
     assert messages & set(_OUTAGE_SIGNS), messages

@@ -16,7 +16,9 @@ SLUG = "e2e-auth"
 
 
 def _claim_failures(process: ManagedProcess) -> list[str]:
-    return [line["msg"] for line in log_lines(process) if line["msg"].startswith("claim failed")]
+    return [
+        line["message"] for line in log_lines(process) if line["message"].startswith("claim failed")
+    ]
 
 
 def _refusals(stack: Stack, code: str) -> float:

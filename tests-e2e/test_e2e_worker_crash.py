@@ -69,14 +69,16 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     ended = [
         line
         for line in serve_lines
-        if line.get("run_id") == run_id and line["msg"] == "stale lease reopened"
+        if line.get("run_id") == run_id and line["message"] == "stale lease reopened"
     ]
     assert [line["worker_id"] for line in ended] == ["e2e-kill-1"]
 
     # worker 1 comes back: it sweeps its dead worktree, replays nothing, closes nothing
     first.restart()
     stack.wait(
-        lambda: any("worktrees left by an earlier run" in line["msg"] for line in log_lines(first)),
+        lambda: any(
+            "worktrees left by an earlier run" in line["message"] for line in log_lines(first)
+        ),
         timeout=15,
         what="worker 1 to sweep the worktree it left",
     )
@@ -103,7 +105,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     closes = [
         line
         for line in serve_lines
-        if line.get("run_id") == run_id and line["msg"].startswith(("run complete", "run fail"))
+        if line.get("run_id") == run_id and line["message"].startswith(("run complete", "run fail"))
     ]
     assert {line["worker_id"] for line in closes} == {"e2e-kill-2"}
 
@@ -123,6 +125,6 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
         line
         for worker in (first, second)
         for line in log_lines(worker)
-        if line.get("msg") == "approach started"
+        if line.get("message") == "approach started"
     ]
     assert {line["sandbox_profile"] for line in started} == {"profile.bwrap-local"}

@@ -246,7 +246,7 @@ def approaches(workers: Iterable[ManagedProcess], ended: bool = False) -> list[t
         (str(line["run_id"]), int(line["attempt"]))
         for worker in workers
         for line in log_lines(worker)
-        if line.get("msg") == wanted
+        if line.get("message") == wanted
     ]
 
 

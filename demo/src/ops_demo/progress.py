@@ -106,7 +106,7 @@ class RunFollower:
         run = self.runs[run_id]
         changes = []
         for event in events:
-            message = event["msg"]
+            message = event["message"]
             state = _TRANSITIONS.get(message)
             if state is None:
                 continue
@@ -147,7 +147,7 @@ class RunFollower:
                 isinstance(line, dict)
                 and line.get("logger") == "activity_core.queue"
                 and isinstance(line.get("run_id"), str)
-                and isinstance(line.get("msg"), str)
+                and isinstance(line.get("message"), str)
             ):
                 events.append(line)
         return events

@@ -216,7 +216,7 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     assert Repos.landings(repo) == landings
     assert store.snapshot().pending == ()
     events = [line for line in _log_lines(log) if line["logger"] == "rein_aharness.events"]
-    assert [json.loads(e["msg"])["close_disposition"] for e in events] == ["reconciled"]
+    assert [json.loads(e["message"])["close_disposition"] for e in events] == ["reconciled"]
 
 
 async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_is_redone(
@@ -297,5 +297,5 @@ async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
     assert list((tmp_path / "state" / "worktrees").iterdir()) == []
     assert _working_in(tmp_path / "state" / "worktrees") == []
     assert Repos.refs(repo) == refs_before
-    messages = [line["msg"] for line in _log_lines(log)]
+    messages = [line["message"] for line in _log_lines(log)]
     assert "abandoning the current run; its lease will expire" in messages

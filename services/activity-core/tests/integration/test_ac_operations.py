@@ -301,13 +301,13 @@ async def test_queue_log_lines_carry_ids_and_never_secrets_or_result_values(
     for line in queue_lines:
         assert line.get("run_id"), line
         assert line.get("worker_id"), line
-    claims = [line for line in queue_lines if line["msg"] == "run claimed"]
+    claims = [line for line in queue_lines if line["message"] == "run claimed"]
     assert {line["run_id"] for line in claims} == {str(done), str(failed), str(stale)}
     assert all(line["worker_id"] == WORKER_ID for line in claims)
-    closes = {line["msg"]: line for line in queue_lines if line.get("disposition")}
+    closes = {line["message"]: line for line in queue_lines if line.get("disposition")}
     assert closes["run complete applied"]["run_id"] == str(done)
     assert closes["run fail applied"]["run_id"] == str(failed)
     assert all(line["worker_id"] == WORKER_ID for line in closes.values())
-    [ended] = [line for line in queue_lines if line["msg"].startswith("stale lease")]
+    [ended] = [line for line in queue_lines if line["message"].startswith("stale lease")]
     assert ended["run_id"] == str(stale)
     assert ended["worker_id"] == WORKER_ID
