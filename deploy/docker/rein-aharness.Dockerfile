@@ -26,7 +26,10 @@ COPY services/activity-core/pyproject.toml services/activity-core/
 COPY services/rein-aharness/pyproject.toml services/rein-aharness/
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --frozen --no-dev --no-editable --no-install-workspace --package rein-aharness
 # Then the sources of the members rein-aharness needs (never activity-core's).
+# The shared packages' wheels carry their README and LICENSE (their pyproject names them).
+COPY packages/contracts/README.md packages/contracts/LICENSE packages/contracts/
 COPY packages/contracts/src packages/contracts/src
+COPY packages/evidence/README.md packages/evidence/LICENSE packages/evidence/
 COPY packages/evidence/src packages/evidence/src
 COPY services/rein-aharness/src services/rein-aharness/src
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --frozen --no-dev --no-editable --package rein-aharness

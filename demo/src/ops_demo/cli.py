@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.metadata
 import os
 import secrets
 import shutil
@@ -112,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Start PostgreSQL, Temporal, activity-core and a rein-aharness worker, fire one "
             "automation, follow its run to the end and serve the ops UI until Ctrl-C."
         ),
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('ops-demo')}",
     )
     parser.add_argument(
         "--state-dir",

@@ -27,6 +27,13 @@ def test_every_refusal_has_its_documented_status() -> None:
         RefusalCode.worker_identity_mismatch: 403,
         RefusalCode.invalid_request: 422,
         RefusalCode.request_too_large: 413,
+        RefusalCode.unavailable: 503,
+        RefusalCode.schema_not_current: 503,
+        RefusalCode.method_not_allowed: 405,
+        RefusalCode.unsupported_media_type: 415,
+        RefusalCode.too_many_requests: 429,
+        RefusalCode.http_error: 400,
+        RefusalCode.internal_error: 500,
     }
     assert set(REFUSAL_HTTP_STATUS) == set(RefusalCode)
 

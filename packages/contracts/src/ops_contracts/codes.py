@@ -25,7 +25,9 @@ __all__ = [
 
 
 class RefusalCode(StrEnum):
-    """The ``code`` of every non-2xx queue response."""
+    """The ``code`` of every non-2xx answer of activity-core: its JSON API's ``ErrorBody``
+    and its ops UI's error pages. A client that meets a code it does not know treats it by
+    its HTTP status alone."""
 
     not_found = "not_found"
     wrong_owner = "wrong_owner"
@@ -38,6 +40,22 @@ class RefusalCode(StrEnum):
     worker_identity_mismatch = "worker_identity_mismatch"
     invalid_request = "invalid_request"
     request_too_large = "request_too_large"
+    # PostgreSQL (or Temporal) cannot be reached: retry after Retry-After
+    unavailable = "unavailable"
+    # the database is not migrated for this build: run `activity-core migrate`
+    schema_not_current = "schema_not_current"
+    # no route takes this method at this path
+    method_not_allowed = "method_not_allowed"
+    # a body of a media type the endpoint does not take: the JSON API takes
+    # application/json, the ops UI's forms application/x-www-form-urlencoded
+    unsupported_media_type = "unsupported_media_type"
+    # the ops UI's sign-in throttle: retry after Retry-After
+    too_many_requests = "too_many_requests"
+    # reserved: an HTTP error of the framework that no other code names (its 400 for a
+    # body it cannot parse; activity-core's body guard refuses such a body first)
+    http_error = "http_error"
+    # reserved: an unexpected failure (a bug); the detail says nothing more
+    internal_error = "internal_error"
 
 
 # A close refused with one of these will be refused again however often it is
@@ -68,6 +86,13 @@ REFUSAL_HTTP_STATUS: Mapping[RefusalCode, int] = MappingProxyType(
         RefusalCode.worker_identity_mismatch: 403,
         RefusalCode.invalid_request: 422,
         RefusalCode.request_too_large: 413,
+        RefusalCode.unavailable: 503,
+        RefusalCode.schema_not_current: 503,
+        RefusalCode.method_not_allowed: 405,
+        RefusalCode.unsupported_media_type: 415,
+        RefusalCode.too_many_requests: 429,
+        RefusalCode.http_error: 400,
+        RefusalCode.internal_error: 500,
     }
 )
 

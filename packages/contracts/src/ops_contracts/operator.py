@@ -15,7 +15,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from ops_contracts.codes import LabelsMode, RunState
+from ops_contracts.codes import LabelsMode, RefusalCode, RunState
 from ops_contracts.queue import OpsRun
 
 __all__ = [
@@ -122,7 +122,7 @@ class RequeueOutcome(BaseModel):
     run_id: UUID
     status: int
     successor: OpsRun | None = None
-    code: str | None = None
+    code: RefusalCode | None = None
     detail: str | None = None
 
 

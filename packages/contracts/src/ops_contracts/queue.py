@@ -35,6 +35,7 @@ from ops_contracts.codes import (
     CloseDisposition,
     LabelsMode,
     Priority,
+    RefusalCode,
     RunState,
     SourceType,
 )
@@ -271,8 +272,8 @@ class FieldError(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every non-2xx body; ``code`` is a ``RefusalCode`` value."""
+    """Every non-2xx body of the JSON API."""
 
-    code: str
+    code: RefusalCode
     detail: str
     errors: list[FieldError] | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -142,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="activity-core",
         epilog="operator commands (over the HTTP API): activity-core runs --help, "
         "activity-core automations --help",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('activity-core')}",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="apply pending schema migrations (idempotent, replica-safe)")

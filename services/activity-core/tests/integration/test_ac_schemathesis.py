@@ -30,6 +30,7 @@ from activity_core.settings import load_settings
 
 EXAMPLES_PER_MODE = 25
 RUNS_TO_CLOSE = 60
+CREDENTIAL_HEADERS = {"authorization", "x-worker-token", "x-operator-token"}
 WORKER_OPERATIONS = {
     "POST /ops-runs/claim",
     "POST /ops-runs/{run_id}/heartbeat",
@@ -76,6 +77,14 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_error_body(
     token = WORKER_TOKEN if label in WORKER_OPERATIONS else OPERATOR_TOKEN
 
     def check(case: Case) -> None:
+        if case.headers:
+            # the document's security schemes make Schemathesis generate credentials; the
+            # case carries the valid one below instead, so its request gets past them
+            case.headers = {
+                name: value
+                for name, value in case.headers.items()
+                if name.lower() not in CREDENTIAL_HEADERS
+            }
         if isinstance(case.body, dict):
             if isinstance(case.body.get("worker_id"), str):
                 case.body["worker_id"] = WORKER_ID

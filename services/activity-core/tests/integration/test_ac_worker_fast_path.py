@@ -58,6 +58,9 @@ def auth(kind: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+# The start of a worker body, for raw bodies that json.dumps cannot write.
+W_RAW = b'{"worker_id": ' + json.dumps(WORKER_ID).encode()
+
 # (path, body as bytes or JSON value, headers kind, extra headers, expected status or None)
 Step = tuple[str, Any, str, dict[str, str], int | None]
 
@@ -113,6 +116,44 @@ SEQUENCE: list[Step] = [
         json.dumps({"worker_id": WORKER_ID}),
         content_type="application/vnd.ops+json",
     ),
+    # strict bodies: what Python's json would take but JSON or the API does not, and the
+    # media types that name JSON but are not the API's one (body_guard.py)
+    step("/ops-runs/claim", W_RAW + b', "worker_id": "someone-else"}', expect=422),
+    step("/ops-runs/claim", W_RAW + b', "labels": ["a"], "limit": 1, "limit": 2}', expect=422),
+    step(
+        run_path(RUNS[4], "complete"),
+        W_RAW + b', "result": {"ok": true, "evidence": {"x": [{"a": 1, "a": 1}]}}}',
+        expect=422,
+    ),
+    step(run_path(RUNS[4], "fail"), W_RAW + b', "error": "e\\udfff"}', expect=422),
+    step(run_path(RUNS[4], "complete"), W_RAW + b', "result": {"n": 1e400}}', expect=422),
+    step(run_path(RUNS[4], "heartbeat"), b"\xef\xbb\xbf" + W_RAW + b"}", expect=422),
+    step(run_path(RUNS[4], "heartbeat"), W_RAW + b"} {}", expect=422),
+    step(
+        run_path(RUNS[4], "heartbeat"),
+        json.dumps({"worker_id": WORKER_ID}).encode("utf-16"),
+        expect=422,
+    ),
+    *[
+        step(
+            run_path(RUNS[4], "heartbeat"),
+            {"worker_id": WORKER_ID},
+            content_type=media_type,
+            expect=415,
+        )
+        for media_type in (
+            "application/merge-patch+json",
+            "text/json",
+            "application/json; charset=latin-1",
+            "application/json; version=2",
+        )
+    ],
+    step(
+        run_path(RUNS[5], "heartbeat"),
+        {"worker_id": WORKER_ID, "attempt": 1},
+        content_type='Application/JSON; charset="UTF-8"',
+        expect=200,
+    ),
     step(
         run_path(RUNS[5], "fail"),
         {"worker_id": WORKER_ID, "error": "e", "result": {"pad": "x" * 1_100_000}},
@@ -159,6 +200,14 @@ SEQUENCE: list[Step] = [
         expect=401,
     ),
     step("/ops-runs/claim", b"", who="none", content_type="text/plain", expect=401),
+    step("/ops-runs/claim", W_RAW + b', "limit": 1, "limit": 1}', who="none", expect=401),
+    step(
+        "/ops-runs/claim",
+        {"worker_id": WORKER_ID},
+        who="operator",
+        content_type="application/merge-patch+json",
+        expect=403,
+    ),
     step(
         run_path(RUNS[5], "fail"),
         {"worker_id": WORKER_ID, "error": "e", "attempt": 1},
@@ -224,7 +273,7 @@ async def test_both_doors_answer_and_write_alike(db_dsn: str, twin_db_dsn: str) 
             assert expected is None or a.status_code == expected, f"{s[0]} {s[1]!r:.80}"
             statuses.add(a.status_code)
         # The sequence reached every kind of answer, so the comparison covered them all.
-        assert statuses == {200, 401, 403, 404, 409, 413, 422}
+        assert statuses == {200, 401, 403, 404, 409, 413, 415, 422}
         assert await rows(db_dsn) == await rows(twin_db_dsn)
     finally:
         for client, life in ((fast, fast_life), (routed, routed_life)):

@@ -13,6 +13,7 @@ operator/exit_codes.py (also printed by `--help`).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -83,6 +84,11 @@ def _parser() -> _Parser:
         epilog=EXIT_CODE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('rein-aharness')}",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -147,10 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(exc, file=sys.stderr)
         return int(ExitCode.USAGE)
-    except SystemExit as exc:  # --help
+    except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)
     try:
         settings = load_settings()
+        configure_logging(
+            settings.rein_aharness_log_level, worker_id=settings.activity_core_worker_id
+        )
         if args.command == "run":
             return _run(settings, args)
         if args.action == "status":
@@ -173,7 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     catalogue = load_worker_catalogue(settings)
-    configure_logging(settings.rein_aharness_log_level)
 
     async def main() -> int:
         code = await run_worker(

@@ -14,7 +14,6 @@ DatabaseUnavailable, unknown automations and fires a not_found refusal.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -29,7 +28,8 @@ from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
 
 from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from ..db.unavailable import pooled
+from ..queue.errors import QueueRefusal
 from . import queries
 from .models import (
     AutomationIndex,
@@ -48,17 +48,6 @@ from .projection import project_ops_run
 OPEN_FIRE_WINDOW_SECONDS = 900
 MAX_OPS_RUNS_PER_FIRE = 200
 MAX_PAGE_SIZE = 100
-
-_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
 
 
 def _as_uuid(value: str) -> uuid.UUID | None:
@@ -134,14 +123,11 @@ class ArtefactService:
 
     @asynccontextmanager
     async def _snapshot(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        try:
-            async with (
-                self._pool.acquire() as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
-            ):
-                yield conn
-        except _UNAVAILABLE as exc:
-            raise DatabaseUnavailable(type(exc).__name__) from exc
+        async with (
+            pooled(self._pool) as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            yield conn
 
     async def automations(self) -> AutomationIndex:
         async with self._snapshot() as conn:

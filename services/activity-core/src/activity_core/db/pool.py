@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 import asyncpg
@@ -63,6 +64,16 @@ def session_untouched(conn: object) -> None:
         declare()
 
 
+# What the pool's sessions are called in pg_stat_activity (and what an operator, or a fault
+# test, selects them by) unless the DSN names them (`?application_name=`).
+APPLICATION_NAME = "activity-core"
+
+
+def _server_settings(dsn: str) -> dict[str, str]:
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn).query)
+    return {} if "application_name" in query else {"application_name": APPLICATION_NAME}
+
+
 async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         dsn,
@@ -72,6 +83,7 @@ async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool
         connection_class=PoolConnection,
         # claims and closes are short; a statement that hangs longer is a fault, not work
         command_timeout=30,
+        server_settings=_server_settings(dsn),
     )
     assert pool is not None
     return pool

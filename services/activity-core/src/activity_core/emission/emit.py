@@ -26,7 +26,6 @@ written), ``report_only`` (a report-only instruction: no run, no sink, the audit
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
+from ..db.unavailable import is_unavailable
 from ..definitions.model import ActivityDefinitionSpec, TaskSource
 from . import queries
 from .errors import (
@@ -63,17 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("activity_core.emission")
-
-_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
 
 if TYPE_CHECKING:  # PoolConnectionProxy is generic only in the stubs
     Connection: TypeAlias = asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]
@@ -212,7 +201,9 @@ async def emit_tasks(
                     queries.MARK_FIRE_EMITTED, fire.activity_run_id, report.emitted_count
                 )
             left = await conn.fetchval(queries.SINK_WRITES_LEFT, keys)
-    except _UNAVAILABLE as exc:
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
     report = replace(report, sink_writes_left=int(left))
     log.info(

@@ -23,7 +23,6 @@ the last reason a try recorded.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import asyncpg
 
 from ops_evidence import sanitize_error
 
+from ..db.unavailable import is_unavailable
 from . import queries
 from .errors import EmissionError, EmissionUnavailable, IssueSinkError
 from .sink import IssueSink, SinkTask
@@ -39,17 +39,6 @@ from .sink import IssueSink, SinkTask
 __all__ = ["SinkTotals", "SinkUnavailable", "give_up", "publish_pending", "sink_totals"]
 
 log = logging.getLogger("activity_core.emission")
-
-_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
 
 
 class SinkUnavailable(EmissionError):
@@ -92,7 +81,9 @@ async def publish_pending(
                 raise SinkUnavailable(reason) from exc
             await pool.execute(queries.SINK_WRITTEN, row["id"], ref)
         return await sink_totals(pool, activity_run_id=activity_run_id)
-    except _UNAVAILABLE as exc:
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
 
 
@@ -102,7 +93,9 @@ async def give_up(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID, reason: str
     try:
         await pool.execute(queries.SINK_GIVE_UP, activity_run_id, sanitize_error(reason))
         return await sink_totals(pool, activity_run_id=activity_run_id)
-    except _UNAVAILABLE as exc:
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from .auth import (
 from .body_guard import StrictJsonBody
 from .credentials import CredentialTable
 from .error_handlers import install_error_handlers
+from .openapi import install_openapi
 from .request_metrics import RequestMetrics
 from .routes_automation_pause import router as automation_pause_router
 from .routes_automations import router as automations_router
@@ -151,9 +153,12 @@ def create_app(
 
     app = FastAPI(
         title="activity-core",
-        version="0.1.0",
+        version=importlib.metadata.version("activity-core"),
         summary="Claimable, leased, auditable ops runs for scheduled automations.",
         lifespan=lifespan,
+        # /openapi.json only: FastAPI's /docs and /redoc pages load their scripts from a CDN
+        docs_url=None,
+        redoc_url=None,
         # FastAPI's native OpenTelemetry hooks look up the global providers (environment
         # reads) on every request; this service exports Prometheus metrics, not OTel.
         telemetry={"tracing": False, "metrics": False, "logs": False},
@@ -178,6 +183,7 @@ def create_app(
         app.include_router(router)
     # the credential each route declares, for the body guard (it answers before routing)
     app.state.credential_table = CredentialTable.of(routers)
+    install_openapi(app, routers)
     app.add_middleware(StrictJsonBody, max_bytes=settings.max_body_bytes)
     if worker_fast_path:
         # Added last, so it sees a request first: valid worker requests stop there.

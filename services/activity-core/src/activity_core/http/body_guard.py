@@ -1,65 +1,230 @@
 """Strict JSON bodies before any router sees them.
 
-Python's json module accepts NaN and Infinity and raises RecursionError on very deep
-nesting; neither may reach a handler (a non-finite number is not JSON, and a deep body must
-be a 422, not a 500). This ASGI middleware reads the body once, bounded by size, checks it,
-and replays the same bytes to the app.
+Every POST, PUT or PATCH with a body meets this ASGI middleware first. It reads the body
+once, bounded by size, decides, and replays the same bytes to the app. The worker fast
+path (worker_fast_path.py) takes only what passes here, by the same two functions
+(`accepts_json`, `parse_strict_json`), so both doors answer alike.
 
-Credentials come before the body: a body it refuses (413, 422) is answered so only to a
-caller that holds the credential its endpoint takes; anyone else gets that endpoint's
+**Media type.** The API takes one: `application/json`, with no parameter but an optional
+`charset=utf-8` (any case, quoted or not). Any other media type that names JSON — a
+structured syntax suffix (`application/merge-patch+json`, `application/vnd.foo+json`),
+`text/json`, `application/x-json`, `application/json` with another charset or another
+parameter — is 415 `unsupported_media_type`: a patch or vendor type promises semantics
+these endpoints do not have, JSON text is UTF-8 (RFC 8259, section 8.1) and a charset
+that says otherwise is not transcoded. A form (`application/x-www-form-urlencoded`,
+`multipart/form-data`) is handed on unread: the ops UI takes forms and words its own
+refusals. Any other body (no Content-Type, `text/plain`, …) is parsed as below, and the
+route then refuses what is not a JSON object of its model (422).
+
+**Strict JSON.** What Python's json module would accept but JSON or this API does not is
+422 `invalid_request` here, never a 500 and never a silent guess:
+
+- not UTF-8, or UTF-8 after a byte order mark (UTF-16 and UTF-32 are not sniffed);
+- a key twice in one object, at any depth (parsers disagree on which one wins: a body
+  must mean one thing to every reader, a proxy's and ours);
+- NaN, Infinity, -Infinity, or a number too large for a float (1e400);
+- a string, or a key, holding an unpaired surrogate escape (`"\\ud800"`): it names no
+  character, cannot be stored in PostgreSQL text and cannot be encoded back as UTF-8;
+- anything after the value but whitespace;
+- nesting deeper than MAX_JSON_DEPTH (64) levels (far deeper, Python's parser raises
+  RecursionError, which is the same 422).
+
+The 422 names the body as a whole (`errors: [{"loc": [], "type": "json_invalid", ...}]`),
+since there is no field to point at in a body that is not JSON.
+
+Credentials come before the body: a body refused here (413, 415, 422) is answered so only
+to a caller that holds the credential its endpoint takes; anyone else gets that endpoint's
 401/403 (credentials.py). A body it accepts goes on, and the route checks the credential
 before anything else.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
+import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 from .credentials import credential_refusal
 from .error_handlers import count_refusal, refusal_response
 from .responses import error_response
 
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "BodyRejected",
+    "StrictJsonBody",
+    "accepts_json",
+    "names_json",
+    "parse_strict_json",
+    "replaying",
+]
+
 MAX_JSON_DEPTH = 64
+_FORMS = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# a key quoted in a refusal's detail is cut to this many characters
+_KEY_SHOWN = 64
 
 
 class BodyRejected(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        self.status, self.code, self.detail = status, code, detail
+    def __init__(self, code: RefusalCode, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+    @property
+    def status(self) -> int:
+        return REFUSAL_HTTP_STATUS[self.code]
+
+
+def _media_type(content_type: str) -> tuple[str, list[tuple[str, str]]]:
+    """The essence (`type/subtype`, lower case) and the parameters (name lower case, value
+    unquoted) of a Content-Type."""
+    essence, *parameters = content_type.split(";")
+    parsed = []
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        parsed.append((name.strip().lower(), value.strip().strip('"')))
+    return essence.strip().lower(), parsed
+
+
+def accepts_json(content_type: str | None) -> bool:
+    """The one media type the API takes: application/json, optionally charset=utf-8."""
+    if content_type is None:
+        return False
+    essence, parameters = _media_type(content_type)
+    return essence == "application/json" and all(
+        name == "charset" and value.lower() == "utf-8" for name, value in parameters
+    )
+
+
+def names_json(content_type: str | None) -> bool:
+    """A media type that says its body is JSON (of some flavour): the API takes only the
+    one `accepts_json` names and refuses the rest with 415."""
+    return content_type is not None and "json" in _media_type(content_type)[0]
+
+
+def _is_form(content_type: str | None) -> bool:
+    return content_type is not None and _media_type(content_type)[0] in _FORMS
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _too_deep(value: Any, limit: int) -> bool:
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{literal[:_KEY_SHOWN]} is out of range for a number")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                shown = json.dumps(key[:_KEY_SHOWN])
+                raise BodyRejected(
+                    RefusalCode.invalid_request,
+                    f"the body is not valid JSON: the key {shown} appears twice in one object",
+                )
+            seen.add(key)
+    return obj
+
+
+def _unpaired_surrogate(text: str) -> bool:
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def _check_tree(value: Any) -> None:
+    """Depth, and no string or key with an unpaired surrogate; without recursion, each
+    container once (the strings are checked where they sit)."""
+    if isinstance(value, str) and _unpaired_surrogate(value):
+        raise _surrogate_refusal()
+    if not isinstance(value, dict | list):
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > limit:
-                return True
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-    return False
+        if depth > MAX_JSON_DEPTH:
+            raise BodyRejected(
+                RefusalCode.invalid_request,
+                f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels",
+            )
+        if isinstance(node, dict):
+            if any(_unpaired_surrogate(key) for key in node):
+                raise _surrogate_refusal()
+            children = node.values()
+        else:
+            children = node
+        for child in children:
+            if isinstance(child, str):
+                if _unpaired_surrogate(child):
+                    raise _surrogate_refusal()
+            elif isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+
+
+def _surrogate_refusal() -> BodyRejected:
+    return BodyRejected(
+        RefusalCode.invalid_request,
+        "the body is not valid JSON: a string holds an unpaired surrogate escape "
+        "(\\ud800-\\udfff), which names no character",
+    )
 
 
 def parse_strict_json(body: bytes) -> Any:
-    """The body's JSON value; BodyRejected (422) for anything that is not finite JSON
-    nested at most MAX_JSON_DEPTH deep."""
-    try:
-        value = json.loads(body, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise BodyRejected(422, "invalid_request", "the JSON body is nested too deeply") from None
-    except ValueError as exc:
-        raise BodyRejected(422, "invalid_request", f"the body is not valid JSON: {exc}") from None
-    if _too_deep(value, MAX_JSON_DEPTH):
+    """The body's JSON value; BodyRejected (422 invalid_request) for anything that is not
+    strict JSON (the module docstring lists what that excludes)."""
+    if body.startswith(codecs.BOM_UTF8):
         raise BodyRejected(
-            422, "invalid_request", f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
+            RefusalCode.invalid_request,
+            "the body starts with a byte order mark: JSON text is UTF-8 without one",
         )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyRejected(
+            RefusalCode.invalid_request,
+            f"the body is not UTF-8: {exc.reason} at byte {exc.start}",
+        ) from None
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:
+        raise BodyRejected(
+            RefusalCode.invalid_request, "the JSON body is nested too deeply"
+        ) from None
+    except ValueError as exc:
+        raise BodyRejected(
+            RefusalCode.invalid_request, f"the body is not valid JSON: {exc}"
+        ) from None
+    _check_tree(value)
     return value
+
+
+def check_body(content_type: str | None, body: bytes) -> None:
+    """Raises BodyRejected (415, 422) for a body the API does not take; a form, or no body
+    at all, passes unread."""
+    if not body.strip() or _is_form(content_type):
+        return
+    if names_json(content_type) and not accepts_json(content_type):
+        raise BodyRejected(
+            RefusalCode.unsupported_media_type,
+            "the body must be application/json (UTF-8; no parameter but charset=utf-8), "
+            f"not {(content_type or '')[:100]}",
+        )
+    parse_strict_json(body)
 
 
 def replaying(body: bytes, receive: Receive, *, more_body: bool) -> Receive:
@@ -86,12 +251,14 @@ class StrictJsonBody:
         if scope["type"] != "http" or scope["method"] not in {"POST", "PUT", "PATCH"}:
             await self.app(scope, receive, send)
             return
-        headers = {k.lower(): v for k, v in scope.get("headers", [])}
-        content_type = headers.get(b"content-type", b"").decode("latin-1").lower()
+        content_type = None
+        for name, value in scope.get("headers", []):
+            if name.lower() == b"content-type":
+                content_type = value.decode("latin-1")
+                break
         try:
             body = await self._read(receive)
-            if body.strip() and "application/x-www-form-urlencoded" not in content_type:
-                parse_strict_json(body)
+            check_body(content_type, body)
         except BodyRejected as rejected:
             refusal = credential_refusal(scope) if "app" in scope else None
             if refusal is not None:
@@ -102,7 +269,7 @@ class StrictJsonBody:
             # A 422 names what was bad, as every invalid_request does: here the body as a
             # whole (an empty loc), since it is not JSON a field could be found in.
             errors = None
-            if rejected.code == "invalid_request":
+            if rejected.code is RefusalCode.invalid_request:
                 errors = [{"loc": [], "msg": rejected.detail, "type": "json_invalid"}]
             response = error_response(rejected.status, rejected.code, rejected.detail, errors)
             await response(scope, receive, send)
@@ -121,7 +288,7 @@ class StrictJsonBody:
             size += len(chunk)
             if size > self.max_bytes:
                 raise BodyRejected(
-                    413, "request_too_large", f"the body exceeds {self.max_bytes} bytes"
+                    RefusalCode.request_too_large, f"the body exceeds {self.max_bytes} bytes"
                 )
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -1,4 +1,11 @@
-"""Map domain errors and framework errors to the documented error body."""
+"""Map domain errors and framework errors to the documented error body.
+
+A lost database is 503 `unavailable` with Retry-After, whichever way it arrives: as
+DatabaseUnavailable from a unit of work (db/unavailable.py decides what counts and when a
+unit runs again), or, should a driver failure reach the edge untranslated, as the driver's
+own exception, classified by the same rule. Never a 500: the request may well succeed a
+second later, and the caller should retry it, not report a bug.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from starlette.responses import Response
 
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
+from ..db.unavailable import is_unavailable
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from ..temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
 from .responses import error_response
@@ -20,11 +28,24 @@ from .responses import error_response
 log = logging.getLogger("activity_core.http")
 
 _HTTP_CODES = {
-    404: "not_found",
-    405: "method_not_allowed",
-    401: "unauthenticated",
-    403: "forbidden",
+    404: RefusalCode.not_found,
+    405: RefusalCode.method_not_allowed,
+    401: RefusalCode.unauthenticated,
+    403: RefusalCode.forbidden,
 }
+
+# Driver exceptions a lost database raises, for a failure that reaches the edge without
+# passing through db/unavailable.py: each is answered by `is_unavailable`, the one rule.
+# (ConnectionError: PostgreSQL is the only peer this service reaches by raw sockets.)
+_DRIVER_FAILURES: tuple[type[Exception], ...] = (
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    ConnectionError,
+)
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
@@ -83,9 +104,16 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DatabaseUnavailable)
     async def _unavailable(_: Request, exc: DatabaseUnavailable) -> Response:
         log.warning("database unavailable: %s", exc)
-        response = error_response(503, "unavailable", "the database is not reachable; retry")
-        response.headers["Retry-After"] = "1"
-        return response
+        return _database_unavailable()
+
+    async def _driver_failure(_: Request, exc: Exception) -> Response:
+        if not is_unavailable(exc):
+            return _internal_error(exc)
+        log.warning("database unavailable: %s (untranslated)", type(exc).__name__)
+        return _database_unavailable()
+
+    for failure in _DRIVER_FAILURES:
+        app.add_exception_handler(failure, _driver_failure)
 
     @app.exception_handler(asyncpg.exceptions.UndefinedTableError)
     @app.exception_handler(asyncpg.exceptions.UndefinedColumnError)
@@ -95,7 +123,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database schema is not current: %s", type(exc).__name__)
         response = error_response(
             503,
-            "schema_not_current",
+            RefusalCode.schema_not_current,
             "the database schema is not migrated for this build; run `activity-core migrate`",
         )
         response.headers["Retry-After"] = "5"
@@ -103,25 +131,35 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(AutomationNotFound)
     async def _no_automation(_: Request, exc: AutomationNotFound) -> Response:
-        return error_response(404, "not_found", str(exc))
+        return error_response(404, RefusalCode.not_found, str(exc))
 
     @app.exception_handler(AutomationPaused)
     async def _paused(_: Request, exc: AutomationPaused) -> Response:
-        return error_response(409, "state_conflict", str(exc))
+        return error_response(409, RefusalCode.state_conflict, str(exc))
 
     @app.exception_handler(TemporalUnavailable)
     async def _temporal_unavailable(_: Request, exc: TemporalUnavailable) -> Response:
         log.warning("temporal unavailable: %s", exc)
-        response = error_response(503, "unavailable", "Temporal is not reachable; retry")
+        response = error_response(503, RefusalCode.unavailable, "Temporal is not reachable; retry")
         response.headers["Retry-After"] = "5"
         return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> Response:
-        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        code = _HTTP_CODES.get(exc.status_code, RefusalCode.http_error)
         return error_response(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> Response:
-        log.exception("unhandled error: %s", type(exc).__name__)
-        return error_response(500, "internal_error", "an internal error occurred")
+        return _internal_error(exc)
+
+
+def _database_unavailable() -> Response:
+    response = error_response(503, RefusalCode.unavailable, "the database is not reachable; retry")
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+def _internal_error(exc: Exception) -> Response:
+    log.error("unhandled error: %s", type(exc).__name__, exc_info=exc)
+    return error_response(500, RefusalCode.internal_error, "an internal error occurred")

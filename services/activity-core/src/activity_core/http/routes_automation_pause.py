@@ -114,9 +114,13 @@ _DESCRIBED = {
     404: "not_found: no such automation",
     409: "state_conflict: the automation has no schedule (fired manually only); for a "
     "resume, also one its definition file pauses or that was removed from the files",
+    413: "request_too_large",
+    415: "unsupported_media_type: a body whose media type names JSON"
+    " but is not application/json (charset=utf-8 at most)",
     422: "invalid_request, with an errors list naming each bad field",
     503: "unavailable: Temporal or the database cannot be reached (or a definition sync "
-    "held the schedules for too long); nothing changed, retry",
+    "held the schedules for too long); nothing changed, retry. schema_not_current: the "
+    "database is not migrated for this build",
 }
 
 
@@ -126,10 +130,15 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 @router.get(
     "/{automation_id}",
+    operation_id="getAutomation",
     response_model=AutomationPauseView,
     responses={
         **_errors(401, 403, 404, 422),
-        503: {"model": ErrorBody, "description": "unavailable: the database is down"},
+        503: {
+            "model": ErrorBody,
+            "description": "unavailable: the database is down; schema_not_current: it is not "
+            "migrated for this build",
+        },
     },
     dependencies=[VIEWER_CREDENTIAL],
 )
@@ -141,8 +150,9 @@ async def get_automation(automation_id: AutomationId, pauses: Pauses) -> Automat
 
 @router.post(
     "/{automation_id}/pause",
+    operation_id="pauseAutomation",
     response_model=AutomationPauseView,
-    responses=_errors(401, 403, 404, 409, 422, 503),
+    responses=_errors(401, 403, 404, 409, 413, 415, 422, 503),
     dependencies=[OPERATOR_CREDENTIAL],
 )
 async def pause_automation(
@@ -171,8 +181,9 @@ async def pause_automation(
 
 @router.post(
     "/{automation_id}/resume",
+    operation_id="resumeAutomation",
     response_model=AutomationPauseView,
-    responses=_errors(401, 403, 404, 409, 422, 503),
+    responses=_errors(401, 403, 404, 409, 413, 415, 422, 503),
     dependencies=[OPERATOR_CREDENTIAL],
 )
 async def resume_automation(

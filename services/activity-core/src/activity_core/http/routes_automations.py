@@ -25,7 +25,8 @@ _DESCRIBED = {
     403: "forbidden: a worker credential",
     404: "not_found: no such automation, or no such run of it",
     422: "invalid_request, with an errors list naming each bad field",
-    503: "unavailable: the database cannot be reached",
+    503: "unavailable: the database cannot be reached; schema_not_current: it is not "
+    "migrated for this build",
 }
 
 
@@ -45,6 +46,7 @@ AutomationId = Annotated[
 
 @router.get(
     "",
+    operation_id="listAutomations",
     response_model=AutomationIndex,
     responses=_errors(401, 403, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -56,6 +58,7 @@ async def list_automations(artefacts: Artefacts) -> AutomationIndex:
 
 @router.get(
     "/{automation_id}/runs",
+    operation_id="listAutomationFires",
     response_model=FirePage,
     responses=_errors(401, 403, 404, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -73,6 +76,7 @@ async def list_automation_runs(
 
 @router.get(
     "/{automation_id}/runs/{run_id}",
+    operation_id="getAutomationFire",
     response_model=FireDetail,
     responses=_errors(401, 403, 404, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],

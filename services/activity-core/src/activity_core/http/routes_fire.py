@@ -111,13 +111,23 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "not_found: no such automation"},
     409: {"model": ErrorBody, "description": "state_conflict: the automation is paused"},
     413: {"model": ErrorBody, "description": "request_too_large"},
+    415: {
+        "model": ErrorBody,
+        "description": "unsupported_media_type: a body whose media type na"
+        "mes JSON but is not application/json (charset=utf-8 at most)",
+    },
     422: {"model": ErrorBody, "description": "invalid_request, with an errors list"},
-    503: {"model": ErrorBody, "description": "unavailable: Temporal or the database is down"},
+    503: {
+        "model": ErrorBody,
+        "description": "unavailable: Temporal or the database is down; schema_not_current: "
+        "the database is not migrated for this build",
+    },
 }
 
 
 @router.post(
     "/{automation_id}/fire",
+    operation_id="fireAutomation",
     status_code=202,
     response_model=FireResponse,
     responses=_ERRORS,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.responses import Response
+
+from ops_contracts import ErrorBody, RefusalCode
 
 from ..db.migrate import current_version, latest_version
 from ..queue.errors import DatabaseUnavailable
@@ -17,13 +20,33 @@ from .responses import error_response
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz")
+class Readiness(BaseModel):
+    status: Literal["ready"]
+    schema_version: int
+
+
+@router.get("/healthz", operation_id="getHealth")
 async def healthz() -> dict[str, str]:
     """The process is up and serving; says nothing about its dependencies."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=None)
+@router.get(
+    "/readyz",
+    operation_id="getReadiness",
+    response_model=None,
+    responses={
+        200: {
+            "model": Readiness,
+            "description": "ready: the database answers, with this build's schema or a newer one",
+        },
+        503: {
+            "model": ErrorBody,
+            "description": "unavailable: the database cannot be reached; schema_not_current: "
+            "its schema is older than this build's",
+        },
+    },
+)
 async def readyz(request: Request) -> Any:
     """Ready when the database answers and its schema is the one this build expects."""
     pool = request.app.state.pool
@@ -31,13 +54,17 @@ async def readyz(request: Request) -> Any:
         async with pool.acquire(timeout=2) as conn:
             version = await conn.fetchval("SELECT 1") and await current_version(conn)
     except Exception as exc:  # any failure to reach the database means "not ready"
-        return error_response(503, "unavailable", f"database not reachable ({type(exc).__name__})")
+        return error_response(
+            503, RefusalCode.unavailable, f"database not reachable ({type(exc).__name__})"
+        )
     expected = latest_version()
     # Migrations are forward-only and backward-compatible, so pods of the previous release
     # stay ready after a newer release migrated; a schema older than this build is not ready.
     if version < expected:
         return error_response(
-            503, "schema_not_current", f"schema version {version}, expected {expected} or newer"
+            503,
+            RefusalCode.schema_not_current,
+            f"schema version {version}, expected {expected} or newer",
         )
     return {"status": "ready", "schema_version": version}
 

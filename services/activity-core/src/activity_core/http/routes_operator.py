@@ -54,8 +54,11 @@ _DESCRIBED = {
     404: "not_found",
     409: "state_conflict",
     413: "request_too_large",
+    415: "unsupported_media_type: a body whose media type names JSON"
+    " but is not application/json (charset=utf-8 at most)",
     422: "invalid_request, with an errors list naming each bad field",
-    503: "unavailable: the database cannot be reached",
+    503: "unavailable: the database cannot be reached; schema_not_current: it is not "
+    "migrated for this build",
 }
 
 
@@ -99,8 +102,9 @@ def _request_id(request: Request, response: Response) -> None:
 
 @runs_router.post(
     "/requeue",
+    operation_id="requeueRuns",
     response_model=RequeueManyResponse,
-    responses=_errors(401, 403, 413, 422, 503),
+    responses=_errors(401, 403, 413, 415, 422, 503),
     dependencies=[OPERATOR_CREDENTIAL],
 )
 async def requeue_runs(
@@ -138,6 +142,7 @@ async def requeue_runs(
 
 @runs_router.post(
     "/{run_id}/requeue",
+    operation_id="requeueRun",
     status_code=201,
     response_model=OpsRun,
     responses={
@@ -148,6 +153,7 @@ async def requeue_runs(
             404,
             409,
             413,
+            415,
             422,
             503,
             s409="state_conflict: the run is not failed or expired (the detail says what it is)",
@@ -176,6 +182,7 @@ async def requeue_run(
 
 @runs_router.post(
     "/{run_id}/cancel",
+    operation_id="cancelRun",
     response_model=CloseResponse,
     responses=_errors(
         401,
@@ -183,6 +190,7 @@ async def requeue_run(
         404,
         409,
         413,
+        415,
         422,
         503,
         s409="state_conflict: the run is already succeeded, failed or expired",
@@ -211,6 +219,7 @@ async def cancel_run(
 
 @runs_router.get(
     "/{run_id}/explain",
+    operation_id="explainRun",
     response_model=ExplainResponse,
     responses=_errors(401, 403, 404, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -233,6 +242,7 @@ async def explain_run(run_id: uuid.UUID, views: Views) -> dict[str, Any]:
 
 @router.get(
     "/runs/summary",
+    operation_id="getRunsSummary",
     response_model=RunsSummary,
     responses=_errors(401, 403, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -254,6 +264,7 @@ async def runs_summary(
 
 @router.get(
     "/runs/dead-letter",
+    operation_id="listDeadLetterRuns",
     response_model=DeadLetterPage,
     responses=_errors(401, 403, 404, 422, 503, s404="not_found: no such automation"),
     dependencies=[VIEWER_CREDENTIAL],
@@ -278,6 +289,7 @@ async def dead_letter(
 
 @router.get(
     "/workers",
+    operation_id="listWorkers",
     response_model=WorkersResponse,
     responses=_errors(401, 403, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -293,6 +305,7 @@ async def workers(views: Views) -> dict[str, Any]:
 
 @router.get(
     "/audit",
+    operation_id="listAuditEntries",
     response_model=AuditPage,
     responses=_errors(401, 403, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],

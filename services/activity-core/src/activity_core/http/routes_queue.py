@@ -53,13 +53,16 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "wrong_owner, expired_lease (the lease ended, or `attempt` is not the run's "
         "current attempt), state_conflict, evidence_conflict or terminal_conflict",
         413: "request_too_large",
+        415: "unsupported_media_type: a body whose media type names JSON"
+        " but is not application/json (charset=utf-8 at most)",
         422: "invalid_request, with an errors list naming each bad field",
-        503: "unavailable: the database cannot be reached",
+        503: "unavailable: the database cannot be reached; schema_not_current: it is not "
+        "migrated for this build",
     }
     return {s: {"model": ErrorBody, "description": described[s]} for s in statuses}
 
 
-_WORKER_ERRORS = _errors(401, 403, 404, 409, 413, 422, 503)
+_RUN_ERRORS = _errors(401, 403, 404, 409, 413, 415, 422, 503)
 
 # PostgreSQL text cannot hold NUL; a filter value with control characters can match no run.
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
@@ -73,6 +76,7 @@ class ExpireLeasesRequest(BaseModel):
 
 @router.get(
     "",
+    operation_id="listRuns",
     response_model=RunPage,
     responses=_errors(401, 403, 404, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -136,8 +140,9 @@ async def list_runs(
 
 @router.post(
     "/claim",
+    operation_id="claimRuns",
     response_model=ClaimResponse,
-    responses=_WORKER_ERRORS,
+    responses=_errors(401, 403, 413, 415, 422, 503),
     dependencies=[WORKER_CREDENTIAL],
 )
 async def claim(body: ClaimRequest, call: Worker) -> dict[str, Any]:
@@ -146,8 +151,9 @@ async def claim(body: ClaimRequest, call: Worker) -> dict[str, Any]:
 
 @router.post(
     "/expire-leases",
+    operation_id="expireLeases",
     response_model=ExpireLeasesResponse,
-    responses=_errors(401, 403, 413, 422, 503),
+    responses=_errors(401, 403, 413, 415, 422, 503),
     dependencies=[OPERATOR_CREDENTIAL],
 )
 async def expire_leases(
@@ -166,6 +172,7 @@ async def expire_leases(
 
 @router.get(
     "/{run_id}",
+    operation_id="getRun",
     response_model=OpsRun,
     responses=_errors(401, 403, 404, 422, 503),
     dependencies=[VIEWER_CREDENTIAL],
@@ -176,8 +183,9 @@ async def get_run(run_id: uuid.UUID, queue: Queue) -> dict[str, Any]:
 
 @router.post(
     "/{run_id}/heartbeat",
+    operation_id="heartbeatRun",
     response_model=OpsRun,
-    responses=_WORKER_ERRORS,
+    responses=_RUN_ERRORS,
     dependencies=[WORKER_CREDENTIAL],
 )
 async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> dict[str, Any]:
@@ -186,8 +194,9 @@ async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> 
 
 @router.post(
     "/{run_id}/complete",
+    operation_id="completeRun",
     response_model=CloseResponse,
-    responses=_WORKER_ERRORS,
+    responses=_RUN_ERRORS,
     dependencies=[WORKER_CREDENTIAL],
 )
 async def complete(run_id: uuid.UUID, body: CompleteRequest, call: Worker) -> dict[str, Any]:
@@ -196,8 +205,9 @@ async def complete(run_id: uuid.UUID, body: CompleteRequest, call: Worker) -> di
 
 @router.post(
     "/{run_id}/fail",
+    operation_id="failRun",
     response_model=CloseResponse,
-    responses=_WORKER_ERRORS,
+    responses=_RUN_ERRORS,
     dependencies=[WORKER_CREDENTIAL],
 )
 async def fail(run_id: uuid.UUID, body: FailRequest, call: Worker) -> dict[str, Any]:

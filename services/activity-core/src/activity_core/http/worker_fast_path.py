@@ -8,8 +8,11 @@ middleware answers `POST /ops-runs/claim` and `POST /ops-runs/{run_id}/heartbeat
 itself, but only when the request is plainly valid:
 
 - a canonical lower-case UUID in the path, no root path;
-- a JSON content type and a declared Content-Length within the body limit;
-- strict, finite JSON (the body guard's own parser) that the endpoint's body model accepts.
+- the media type the body guard takes (`accepts_json`: application/json, at most
+  `charset=utf-8`) and a declared Content-Length within the body limit;
+- strict JSON (the body guard's own parser: no duplicate keys, no NaN, no unpaired
+  surrogate, no BOM, nothing after the value, bounded depth) that the endpoint's body
+  model accepts.
 
 Anything else is handed, with the same bytes, to the FastAPI app: its routes stay the
 documented interface (OpenAPI) and the one place that words the 4xx of a malformed
@@ -36,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .body_guard import BodyRejected, parse_strict_json, replaying
+from .body_guard import BodyRejected, accepts_json, parse_strict_json, replaying
 from .deps import worker_call
 from .worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
 
@@ -63,12 +66,6 @@ def match_worker_path(path: str) -> tuple[WorkerEndpoint, uuid.UUID | None] | No
     except ValueError:
         return None
     return (endpoint, run_id) if str(run_id) == run_part else None
-
-
-def _is_json(content_type: str | None) -> bool:
-    if content_type is None:
-        return False
-    return content_type.partition(";")[0].strip().lower() == "application/json"
 
 
 def _declared_within(value: str | None, limit: int) -> bool:
@@ -105,7 +102,7 @@ class WorkerFastPath:
         endpoint, run_id = matched
         request = Request(scope, receive)
         headers = request.headers
-        if not _is_json(headers.get("content-type")) or not _declared_within(
+        if not accepts_json(headers.get("content-type")) or not _declared_within(
             headers.get("content-length"), self.max_bytes
         ):
             await self.app(scope, receive, send)

@@ -81,7 +81,7 @@ class RunActions:
             "requeued" if created else "requeue repeated",
             row["id"],
             actor.name,
-            extra={"run_id": str(run_id)},
+            extra={"run_id": str(run_id), "request_id": actor.request_id},
         )
         return project(row), created
 
@@ -161,6 +161,7 @@ class RunActions:
                 "run_id": str(run_id),
                 "worker_id": row["claim_owner"],
                 "attempt": row["attempt"],
+                "request_id": actor.request_id,
             },
         )
         assert updated is not None

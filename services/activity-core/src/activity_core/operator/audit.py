@@ -33,9 +33,10 @@ from asyncpg.pool import PoolConnectionProxy
 from ops_contracts import AuditOutcome, OperatorRole, RefusalCode
 from ops_evidence import sanitize_error
 
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
+from ..db.unavailable import unavailable_on_loss
+from ..queue.errors import QueueRefusal
 from . import queries
-from .connection import UNAVAILABLE, connection
+from .connection import connection
 
 __all__ = ["Actor", "AuditLog", "AuditRecord", "AuditedAction", "audit_target"]
 
@@ -106,10 +107,8 @@ class AuditLog:
             sanitize_error(entry.detail) if entry.detail is not None else None,
             dict(entry.details),
         )
-        try:
+        with unavailable_on_loss():
             await (conn or self._pool).execute(queries.AUDIT_INSERT, *args)
-        except UNAVAILABLE as exc:
-            raise DatabaseUnavailable(type(exc).__name__) from exc
         # the action logs what it did; a refusal is logged here, with who asked
         log.log(
             logging.INFO if entry.outcome is AuditOutcome.refused else logging.DEBUG,
@@ -119,7 +118,7 @@ class AuditLog:
             entry.outcome.value,
             entry.target,
             actor.request_id,
-            extra={"code": entry.code},
+            extra={"code": entry.code, "request_id": actor.request_id},
         )
 
     async def refused(self, actor: Actor, action: str, target: str, refusal: QueueRefusal) -> None:
@@ -134,7 +133,12 @@ class AuditLog:
                 "could not record a refused %s in the audit trail: %s",
                 action,
                 type(exc).__name__,
-                extra={"operator": actor.name, "target": target, "code": refusal.code.value},
+                extra={
+                    "operator": actor.name,
+                    "target": target,
+                    "code": refusal.code.value,
+                    "request_id": actor.request_id,
+                },
             )
 
     @asynccontextmanager

@@ -1,38 +1,25 @@
-"""Connections of the operator plane: driver failures that mean "the database is not
-there" become DatabaseUnavailable (503), once, here."""
+"""Connections of the operator plane: a lost database becomes DatabaseUnavailable (503)
+by the one mapping in db/unavailable.py. An operator action is never run again here (it
+may have committed); its Idempotency-Key, or the action's own state check, answers the
+operator's retry."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from ..queue.errors import DatabaseUnavailable
+from ..db.unavailable import pooled
 
-__all__ = ["UNAVAILABLE", "connection", "snapshot"]
-
-UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
+__all__ = ["connection", "snapshot"]
 
 
 @asynccontextmanager
 async def connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-    try:
-        async with pool.acquire() as conn:
-            yield conn
-    except UNAVAILABLE as exc:
-        raise DatabaseUnavailable(type(exc).__name__) from exc
+    async with pooled(pool) as conn:
+        yield conn
 
 
 @asynccontextmanager

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from ops_contracts import RefusalCode
 
+# Defined with the driver failures it stands for (db/unavailable.py); named here with the
+# queue's other errors, where the routes and the services have always found it.
+from ..db.unavailable import DatabaseUnavailable
+
+__all__ = ["DatabaseUnavailable", "QueueRefusal"]
+
 
 class QueueRefusal(Exception):
     """A request the queue refuses, with its machine code and a human detail; an
@@ -14,7 +20,3 @@ class QueueRefusal(Exception):
         self.code = code
         self.detail = detail
         self.loc = loc
-
-
-class DatabaseUnavailable(Exception):
-    """PostgreSQL could not be reached or answered with a connection-level failure."""

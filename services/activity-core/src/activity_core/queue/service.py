@@ -3,20 +3,24 @@
 short transaction that locks its row and lets decide_close answer).
 
 Routers call these; these own the transaction and call the SQL in queries.py and the
-pure decisions in close_decision.py. Driver errors are translated here, once.
+pure decisions in close_decision.py. Each unit of work runs through db/unavailable.py's
+run_unit, which says what it is (a read, one transaction, autocommit statements): a lost
+connection is DatabaseUnavailable (503), and the unit runs once more only where its first
+run cannot have changed anything. A claim's leasing statement and the common close are
+autocommit statements, so once sent they are never repeated here (a claim repeated after
+it committed would lease twice); a locking close, a heartbeat and expire-leases are one
+transaction each, repeated when the connection was lost before COMMIT.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -33,7 +37,7 @@ from ops_contracts import (
 from ops_evidence import normalize_result, sanitize_error
 
 from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
-from ..db.pool import session_untouched
+from ..db.unavailable import Unit, run_unit
 from . import queries
 from .close_decision import (
     ApplyTerminal,
@@ -46,24 +50,14 @@ from .close_decision import (
     terminal_state_without_row,
 )
 from .coalesce import Coalescer
-from .errors import DatabaseUnavailable, QueueRefusal
+from .errors import QueueRefusal
 from .metrics import QueueMetrics
 from .sightings import ClaimSightings
 from .wakeups import OpenRunSignal
 
 log = logging.getLogger("activity_core.queue")
 
-# Failures that mean "the database is not there right now", not "the request is bad".
-_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -171,16 +165,12 @@ class QueueService:
             self._close_together, max_items=lambda _: coalesce_max
         )
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        try:
-            async with self._pool.acquire() as conn:
-                # Queue statements set no session state (queries.py): the release may skip
-                # the session reset query, a round trip per claim and per close.
-                session_untouched(conn)
-                yield conn
-        except _UNAVAILABLE as exc:
-            raise DatabaseUnavailable(type(exc).__name__) from exc
+    async def _run(
+        self, unit: Unit, work: Callable[[PoolConnectionProxy[asyncpg.Record]], Awaitable[T]]
+    ) -> T:
+        # Queue statements set no session state (queries.py): the release may skip the
+        # session reset query, a round trip per claim and per close.
+        return await run_unit(self._pool, unit, work, untouched=True)
 
     # -- claim -------------------------------------------------------------------------
 
@@ -224,7 +214,10 @@ class QueueService:
         stale: list[asyncpg.Record] = []
         if not rows:
             args = (spec.worker_id, spec.lease_seconds, spec.limit, key[0], list(labels))
-            async with self._connection() as conn:
+
+            async def reclaim_then_claim(
+                conn: PoolConnectionProxy[asyncpg.Record],
+            ) -> list[asyncpg.Record]:
                 # One bounded batch at a time, until a batch comes back short: then every
                 # stale claim this claim could lock is reopened, so it selects in claim
                 # order among all of them (a claim never leases a run that ranks below a
@@ -236,7 +229,11 @@ class QueueService:
                     stale.extend(batch)
                     if len(batch) < queries.RECLAIM_STALE_BATCH:
                         break
-                rows = await conn.fetch(queries.CLAIM, *args)
+                return await conn.fetch(queries.CLAIM, *args)
+
+            # A reclaim repeated finds nothing left to reopen: safe to run again when the
+            # claim statement was never sent.
+            rows = await self._run(Unit.STATEMENTS, reclaim_then_claim)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         self._record_stale(stale, trigger="claim")
         self._metrics.claimed.inc(len(rows))
@@ -260,19 +257,25 @@ class QueueService:
         """One leasing statement for claims that arrived together: the rows of each."""
         mode, labels, limit = key
         self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
-        async with self._connection() as conn:
-            if len(claimers) == 1:
-                worker_id, lease_seconds = claimers[0]
-                args = (worker_id, lease_seconds, limit, mode, list(labels))
-                return [await conn.fetch(queries.CLAIM_UNLESS_STALE, *args)]
-            rows = await conn.fetch(
+        if len(claimers) == 1:
+            worker_id, lease_seconds = claimers[0]
+            args = (worker_id, lease_seconds, limit, mode, list(labels))
+            return [
+                await self._run(
+                    Unit.STATEMENTS, lambda conn: conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
+                )
+            ]
+        rows = await self._run(
+            Unit.STATEMENTS,
+            lambda conn: conn.fetch(
                 queries.CLAIM_MANY_UNLESS_STALE,
                 [worker_id for worker_id, _ in claimers],
                 [lease_seconds for _, lease_seconds in claimers],
                 limit,
                 mode,
                 list(labels),
-            )
+            ),
+        )
         leased: list[list[asyncpg.Record]] = [[] for _ in claimers]
         for row in sorted(rows, key=lambda r: r["claim_rank"]):
             leased[row["claimer"] - 1].append(row)
@@ -297,12 +300,14 @@ class QueueService:
     async def heartbeat(
         self, run_id: uuid.UUID, worker_id: str, lease_seconds: int, *, attempt: int | None = None
     ) -> dict[str, Any]:
-        async with self._connection() as conn, conn.transaction():
+        async def extend(conn: PoolConnectionProxy[asyncpg.Record]) -> asyncpg.Record | None:
             row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
             refusal = decide_heartbeat(row, worker_id, attempt)
             if refusal is not None:
                 raise self._refuse(refusal, run_id, worker_id, "heartbeat")
-            updated = await conn.fetchrow(queries.HEARTBEAT, run_id, lease_seconds)
+            return await conn.fetchrow(queries.HEARTBEAT, run_id, lease_seconds)
+
+        updated = await self._run(Unit.TRANSACTION, extend)
         assert updated is not None
         log.info("lease extended", extra={"run_id": str(run_id), "worker_id": worker_id})
         return project(updated)
@@ -371,8 +376,9 @@ class QueueService:
             updated = await self._closes.submit(_COMMON_CLOSE, (run_id, state, request))
         disposition = CloseDisposition.applied
         if updated is None:
-            async with self._connection() as conn:
-                updated, disposition = await self._close_locked(conn, run_id, request)
+            updated, disposition = await self._run(
+                Unit.TRANSACTION, lambda conn: self._close_locked(conn, run_id, request)
+            )
         self._metrics.close_latency.observe(time.perf_counter() - started)
         self._metrics.closes.labels(action=intent.action.value, disposition=disposition.value).inc()
         log.info(
@@ -397,10 +403,11 @@ class QueueService:
             first.setdefault(run_id, n)
         unique = [closers[n] for n in first.values()]
         self._metrics.coalesced.labels(statement="close").observe(len(unique))
-        async with self._connection() as conn:
-            if len(unique) == 1:
-                run_id, state, request = unique[0]
-                row = await conn.fetchrow(
+        if len(unique) == 1:
+            run_id, state, request = unique[0]
+            row = await self._run(
+                Unit.STATEMENTS,
+                lambda conn: conn.fetchrow(
                     queries.CLOSE_LEASED_UNGRANTED,
                     run_id,
                     request.worker_id,
@@ -409,10 +416,13 @@ class QueueService:
                     request.error,
                     request.intent_digest,
                     request.attempt,
-                )
-                rows = [] if row is None else [row]
-            else:
-                rows = await conn.fetch(
+                ),
+            )
+            rows = [] if row is None else [row]
+        else:
+            rows = await self._run(
+                Unit.STATEMENTS,
+                lambda conn: conn.fetch(
                     queries.CLOSE_MANY_LEASED_UNGRANTED,
                     [run_id for run_id, _, _ in unique],
                     [request.worker_id for _, _, request in unique],
@@ -421,7 +431,8 @@ class QueueService:
                     [request.error for _, _, request in unique],
                     [request.intent_digest for _, _, request in unique],
                     [request.attempt for _, _, request in unique],
-                )
+                ),
+            )
         by_run = {row["id"]: row for row in rows}
         return [
             by_run.get(run_id) if first[run_id] == n else None
@@ -431,34 +442,34 @@ class QueueService:
     async def _close_locked(
         self, conn: PoolConnectionProxy[asyncpg.Record], run_id: uuid.UUID, request: CloseRequest
     ) -> tuple[Any, CloseDisposition]:
-        """Every close: lock the row, let decide_close answer, apply what it decided."""
-        async with conn.transaction():
-            row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
-            decision = decide_close(row, request, max_attempts=self._max_attempts)
-            if isinstance(decision, Refuse):
-                raise self._refuse(decision, run_id, request.worker_id, request.action.value)
-            assert row is not None
-            if isinstance(decision, Reconcile):
-                if row["state"] == RunState.succeeded:
-                    return row, CloseDisposition.reconciled
-                # a failed or expired run may have been requeued since its close
-                successors = await conn.fetchval(queries.REQUEUED_AS, run_id)
-                return {**dict(row), "requeued_as": successors}, CloseDisposition.reconciled
-            if isinstance(decision, ReopenRun):
-                reopened = await conn.fetchrow(
-                    queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
-                )
-                return reopened, CloseDisposition.reopened
-            assert isinstance(decision, ApplyTerminal)
-            applied = await conn.fetchrow(
-                queries.CLOSE_TERMINAL,
-                run_id,
-                decision.state.value,
-                request.result,
-                request.error,
-                request.intent_digest,
+        """Every close, inside its transaction: lock the row, let decide_close answer,
+        apply what it decided."""
+        row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
+        decision = decide_close(row, request, max_attempts=self._max_attempts)
+        if isinstance(decision, Refuse):
+            raise self._refuse(decision, run_id, request.worker_id, request.action.value)
+        assert row is not None
+        if isinstance(decision, Reconcile):
+            if row["state"] == RunState.succeeded:
+                return row, CloseDisposition.reconciled
+            # a failed or expired run may have been requeued since its close
+            successors = await conn.fetchval(queries.REQUEUED_AS, run_id)
+            return {**dict(row), "requeued_as": successors}, CloseDisposition.reconciled
+        if isinstance(decision, ReopenRun):
+            reopened = await conn.fetchrow(
+                queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
             )
-            return applied, CloseDisposition.applied
+            return reopened, CloseDisposition.reopened
+        assert isinstance(decision, ApplyTerminal)
+        applied = await conn.fetchrow(
+            queries.CLOSE_TERMINAL,
+            run_id,
+            decision.state.value,
+            request.result,
+            request.error,
+            request.intent_digest,
+        )
+        return applied, CloseDisposition.applied
 
     def _refuse(
         self, refusal: Refuse, run_id: uuid.UUID, worker_id: str, action: str
@@ -474,29 +485,30 @@ class QueueService:
     # -- operator ---------------------------------------------------------------------------
 
     async def expire_leases(self) -> tuple[int, int]:
-        async with self._connection() as conn, conn.transaction():
-            rows = await conn.fetch(queries.EXPIRE_LEASES, self._max_attempts)
+        rows = await self._run(
+            Unit.TRANSACTION, lambda conn: conn.fetch(queries.EXPIRE_LEASES, self._max_attempts)
+        )
         self._record_stale(rows, trigger="expire-leases")
         expired = sum(1 for r in rows if r["state"] == RunState.expired)
         return len(rows) - expired, expired
 
     async def get(self, run_id: uuid.UUID) -> dict[str, Any]:
-        async with self._connection() as conn:
-            row = await conn.fetchrow(queries.GET_RUN, run_id)
+        row = await self._run(Unit.READ, lambda conn: conn.fetchrow(queries.GET_RUN, run_id))
         if row is None:
             raise QueueRefusal(RefusalCode.not_found, "no ops run with this id")
         return project(row)
 
     async def list(self, flt: ListFilter) -> tuple[list[dict[str, Any]], str | None]:
         cursor_at, cursor_id = _decode_cursor(flt.cursor) if flt.cursor else (None, None)
-        async with self._connection() as conn:
+
+        async def page_of(conn: PoolConnectionProxy[asyncpg.Record]) -> list[asyncpg.Record]:
             definition_id = flt.activity_definition_id
             if flt.automation is not None:
                 automation_id = await definition_id_of(conn, flt.automation)
                 if definition_id is not None and definition_id != automation_id:
-                    return [], None  # two filters no run can match at once
+                    return []  # two filters no run can match at once
                 definition_id = automation_id
-            rows = await conn.fetch(
+            return await conn.fetch(
                 queries.LIST_RUNS,
                 flt.state.value if flt.state else None,
                 list(flt.labels) if flt.labels else None,
@@ -509,6 +521,8 @@ class QueueService:
                 flt.created_after,
                 flt.created_before,
             )
+
+        rows = await self._run(Unit.READ, page_of)
         page = rows[: flt.limit]
         next_cursor = (
             encode_cursor(page[-1]["created_at"], page[-1]["id"]) if len(rows) > flt.limit else None
@@ -516,8 +530,7 @@ class QueueService:
         return [project(r) for r in page], next_cursor
 
     async def count_by_state(self) -> dict[str, int]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(queries.COUNT_BY_STATE)
+        rows = await self._run(Unit.READ, lambda conn: conn.fetch(queries.COUNT_BY_STATE))
         counts = {state.value: 0 for state in RunState}
         counts.update({r["state"]: int(r["n"]) for r in rows})
         return counts

@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 
 from ops_evidence import sanitize_error
 
+from ..db.unavailable import is_unavailable
 from ..definitions.model import ActivityDefinitionSpec
 from ..emission.emit import emit_tasks
 from ..emission.errors import EmissionPolicyError, EmissionUnavailable
@@ -70,21 +71,12 @@ NON_RETRYABLE_ERROR_TYPES = (
 UNEXPECTED_ERROR_ATTEMPTS = 8
 _NOTE_TIMEOUT_SECONDS = 5.0
 
-# The database is not there, or asked us to try again: retried without a limit.
-_DB_TRANSIENT = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.InsufficientResourcesError,
+# The database is not there (db/unavailable.py), or asked us to try again: retried
+# without a limit.
+_DB_TRY_AGAIN = (
     asyncpg.exceptions.SerializationError,
     asyncpg.exceptions.DeadlockDetectedError,
     asyncpg.exceptions.ReadOnlySQLTransactionError,
-    asyncpg.exceptions.QueryCanceledError,
 )
 
 
@@ -111,7 +103,7 @@ def _for_temporal(exc: Exception, step: str) -> ApplicationError:
         return ApplicationError(str(exc), type=DATABASE_UNAVAILABLE)
     if isinstance(exc, SinkUnavailable):
         return ApplicationError(str(exc), type=SINK_UNAVAILABLE)
-    if isinstance(exc, _DB_TRANSIENT):
+    if is_unavailable(exc) or isinstance(exc, _DB_TRY_AGAIN):
         return ApplicationError(
             f"database unavailable: {type(exc).__name__}", type=DATABASE_UNAVAILABLE
         )

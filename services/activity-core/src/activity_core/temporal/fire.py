@@ -13,7 +13,6 @@ Neither sets an execution timeout: a fire waits for a worker however long it tak
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import asyncpg
 from temporalio.service import RPCError
 
-from ..queue.errors import DatabaseUnavailable
+from ..db.unavailable import unavailable_on_loss
 from . import queries
 from .client import TemporalClientProvider, is_unreachable
 from .errors import AutomationNotFound, AutomationPaused, FireNotFound, TemporalUnavailable
@@ -30,17 +29,6 @@ from .payloads import (
     WORKFLOW_NAME,
     RunActivityInput,
     RunActivityResult,
-)
-
-# Failures that mean "the database is not there right now", not "the request is bad".
-_DB_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
 )
 
 
@@ -75,10 +63,8 @@ async def fire_manual(
 
     Raises AutomationNotFound, AutomationPaused, DatabaseUnavailable or TemporalUnavailable.
     """
-    try:
+    with unavailable_on_loss():
         row = await _definition(pool, automation)
-    except _DB_UNAVAILABLE as exc:
-        raise DatabaseUnavailable(type(exc).__name__) from exc
     if row is None:
         raise AutomationNotFound(f"no automation {automation!r}")
     slug: str = row["slug"]
@@ -107,13 +93,11 @@ async def retry_fire(
     Raises AutomationNotFound, FireNotFound, AutomationPaused, DatabaseUnavailable or
     TemporalUnavailable.
     """
-    try:
+    with unavailable_on_loss():
         row = await _definition(pool, automation)
         if row is None:
             raise AutomationNotFound(f"no automation {automation!r}")
         earlier = await pool.fetchrow(queries.FIRE_TO_RETRY, row["id"], fire, _as_uuid(fire))
-    except _DB_UNAVAILABLE as exc:
-        raise DatabaseUnavailable(type(exc).__name__) from exc
     slug: str = row["slug"]
     if earlier is None:
         raise FireNotFound(f"automation {slug!r} has no fire {fire!r}")

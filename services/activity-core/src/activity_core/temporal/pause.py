@@ -25,7 +25,6 @@ are empty while it is paused.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable
@@ -41,6 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from ops_contracts import RefusalCode
 from ops_evidence import sanitize_error
 
+from ..db.unavailable import is_unavailable
 from ..definitions.queries import SYNC_LOCK_NAMESPACE
 from ..queue.errors import DatabaseUnavailable, QueueRefusal
 from . import pause_queries as queries
@@ -64,17 +64,12 @@ NEXT_FIRES = 5
 # Temporal bounds a schedule's note; ours names the operator and the reason, cut to this.
 MAX_NOTE_LENGTH = 600
 
-_DB_UNAVAILABLE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-    # the schedules lock: a sync is still applying its schedules after the lock timeout
-    asyncpg.exceptions.LockNotAvailableError,
-)
+
+def _database_unavailable(exc: Exception) -> bool:
+    """A lost database (db/unavailable.py), or the schedules lock still held by a sync
+    applying its schedules after the lock timeout."""
+    return is_unavailable(exc) or isinstance(exc, asyncpg.exceptions.LockNotAvailableError)
+
 
 # What the Temporal Schedule says: `active` / `paused`; `absent` when Temporal has no
 # schedule for a scheduled definition (not synced since Temporal was up); `unreachable`
@@ -135,7 +130,9 @@ class AutomationPauses:
                     row = await _one(conn.fetchrow(queries.PAUSE, row["id"], operator, reason))
                 note = pause_note(row["paused_by"], row["pause_reason"])
                 described = await self._converge(row["slug"], paused=True, note=note, force=changed)
-        except _DB_UNAVAILABLE as exc:
+        except Exception as exc:
+            if not _database_unavailable(exc):
+                raise
             raise DatabaseUnavailable(type(exc).__name__) from exc
         if changed:
             log.info("automation %s paused by operator %s", row["slug"], operator)
@@ -163,7 +160,9 @@ class AutomationPauses:
                     row = await _one(conn.fetchrow(queries.RESUME, row["id"]))
                 note = f"activity-core: resumed by operator {operator}"[:MAX_NOTE_LENGTH]
                 described = await self._converge(row["slug"], paused=False, note=note, force=False)
-        except _DB_UNAVAILABLE as exc:
+        except Exception as exc:
+            if not _database_unavailable(exc):
+                raise
             raise DatabaseUnavailable(type(exc).__name__) from exc
         if changed:
             log.info("automation %s resumed by operator %s", row["slug"], operator)
@@ -176,7 +175,9 @@ class AutomationPauses:
         Raises QueueRefusal (not_found) or DatabaseUnavailable."""
         try:
             row = await self._pool.fetchrow(queries.AUTOMATION, _as_uuid(automation), automation)
-        except _DB_UNAVAILABLE as exc:
+        except Exception as exc:
+            if not _database_unavailable(exc):
+                raise
             raise DatabaseUnavailable(type(exc).__name__) from exc
         if row is None:
             raise QueueRefusal(RefusalCode.not_found, f"no automation {automation!r}")
