@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
 # activity-core: the HTTP API / ops UI, `migrate`, `sync-definitions` and `temporal-worker`.
+# The production install set: no `local` extra (embedded PostgreSQL, Temporal CLI; local
+# runs only), so a deployment sets ACTIVITY_CORE_DATABASE_URL and TEMPORAL_ADDRESS.
 # Build from the repository root:
 #   docker build -f deploy/docker/activity-core.Dockerfile -t activity-core:0.1.0 .
 # deploy/tests/test_image_install.py replays the COPY and `uv sync` lines of the build

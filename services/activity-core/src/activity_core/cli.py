@@ -30,6 +30,19 @@ log = logging.getLogger("activity_core.cli")
 TEMPORAL_BRIDGE_MODULE = "temporalio.bridge.temporal_sdk_bridge"
 
 
+# The two local defaults come with the `activity-core[local]` extra, which the images
+# leave out: there, an unset variable is a configuration error (exit 2), not a crash.
+NO_DATABASE = (
+    "no database configured: set ACTIVITY_CORE_DATABASE_URL (or "
+    "ACTIVITY_CORE_DATABASE_URL_FILE), or install activity-core[local] for the embedded "
+    "PostgreSQL"
+)
+NO_TEMPORAL = (
+    "no Temporal server configured: set TEMPORAL_ADDRESS, or install activity-core[local] "
+    "for the Temporal dev server"
+)
+
+
 class CommandError(Exception):
     """A failure to report in one line and exit 1."""
 
@@ -40,7 +53,7 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
     if settings.database_url:
         yield settings.database_url
         return
-    from .db.embedded import start_embedded
+    from .db.embedded import EmbeddedNotInstalled, start_embedded
 
     # the package narrates initdb/pg_ctl at INFO and platformdirs warns about XDG_RUNTIME_DIR;
     # an operator needs one line saying where the database lives, printed below
@@ -48,6 +61,8 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         dsn, handle = start_embedded(settings.state_dir)
+    except EmbeddedNotInstalled:
+        raise SettingsError(NO_DATABASE) from None
     except Exception as exc:  # the embedded package raises many kinds; all mean "could not start"
         raise CommandError(
             f"could not start the embedded PostgreSQL under {settings.state_dir}: "
@@ -103,15 +118,32 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
         return serve_in_this_process(create_app(settings, dsn=dsn, auth=auth), listen)
 
 
+def require_temporal(settings: ActivityCoreSettings) -> None:
+    """TEMPORAL_ADDRESS, or the `temporal` CLI for the local dev server the command would
+    start, checked before any database or server is started. Without the CLI the command
+    refuses even when a server listens on the default port: a production install names
+    its server, it does not find one by chance."""
+    if settings.temporal_address:
+        return
+    from .temporal.dev_server import DevServerNotInstalled, temporal_binary
+
+    try:
+        temporal_binary()
+    except DevServerNotInstalled:
+        raise SettingsError(NO_TEMPORAL) from None
+
+
 def cmd_temporal_worker(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
     from .temporal.worker import run_worker_command
 
+    require_temporal(settings)
     return run_worker_command(settings, database=lambda: database(settings))
 
 
 def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
     from .cli_definitions import run_sync_definitions
 
+    require_temporal(settings)
     return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
 
 

