@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ops_runtime.liveness import serve_liveness
 from rein_aharness.cli import main
-from rein_aharness.worker.liveness import serve_liveness
 from rein_worker_kit import CATALOGUE
 
 MAX_STALL = 2.0
