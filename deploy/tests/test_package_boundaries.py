@@ -49,6 +49,8 @@ def imported_modules(package_dir: Path, own: str) -> dict[str, list[str]]:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
+            else:
+                continue
             for name in names:
                 if name.split(".")[0] != own:
                     found.setdefault(name, []).append(f"{path.name}:{node.lineno}")

@@ -118,7 +118,7 @@ async def test_livez_answers_while_the_loop_runs_and_fails_within_the_limit_once
 
             process.send_signal(signal.SIGUSR1)
             blocked_at = time.monotonic()
-            answers = []
+            answers: list[httpx.Response] = []
             async with asyncio.timeout(MAX_STALL + 5):
                 while not answers or answers[-1].status_code == 200:
                     answers.append(await http.get(url))
