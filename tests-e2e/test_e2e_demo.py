@@ -116,7 +116,13 @@ def test_a_failed_start_is_one_line_naming_what_failed_and_its_log(tmp_path: Pat
     with Supervisor(tmp_path / "logs", env=env) as sup:
         demo = sup.start(
             "ops-demo",
-            [str(console_script("ops-demo")), "--port", str(free_port()), "--examples", examples],
+            [
+                str(console_script("ops-demo")),
+                "--port",
+                str(free_port()),
+                "--examples",
+                str(examples),
+            ],
         )
         assert demo.wait(180) == 1
         out = demo.output()

@@ -24,6 +24,7 @@ WORKDIR /src
 COPY uv.lock pyproject.toml ./
 COPY packages/contracts/pyproject.toml packages/contracts/
 COPY packages/evidence/pyproject.toml packages/evidence/
+COPY packages/runtime/pyproject.toml packages/runtime/
 COPY services/activity-core/pyproject.toml services/activity-core/
 COPY services/rein-aharness/pyproject.toml services/rein-aharness/
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --frozen --no-dev --no-editable --no-install-workspace --package activity-core
@@ -33,6 +34,7 @@ COPY packages/contracts/README.md packages/contracts/LICENSE packages/contracts/
 COPY packages/contracts/src packages/contracts/src
 COPY packages/evidence/README.md packages/evidence/LICENSE packages/evidence/
 COPY packages/evidence/src packages/evidence/src
+COPY packages/runtime/src packages/runtime/src
 COPY services/activity-core/src services/activity-core/src
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --frozen --no-dev --no-editable --package activity-core
 

@@ -2,7 +2,7 @@
 the demo (import-linter holds the layers inside the services; it can forbid named
 packages only, and "the standard library and nothing else" is not a list of names):
 
-- ops_evidence imports the standard library only;
+- ops_evidence and ops_runtime import the standard library only;
 - ops_contracts imports the standard library and pydantic only;
 - ops_demo starts the product as processes and talks to it over HTTP: besides the
   standard library and httpx it imports only the two dev-support modules of activity-core
@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # package, or one module by its full name)
 PACKAGES = {
     "ops_evidence": (ROOT / "packages/evidence/src/ops_evidence", set()),
+    "ops_runtime": (ROOT / "packages/runtime/src/ops_runtime", set()),
     "ops_contracts": (ROOT / "packages/contracts/src/ops_contracts", {"pydantic"}),
     "ops_demo": (
         ROOT / "demo/src/ops_demo",
@@ -48,6 +49,8 @@ def imported_modules(package_dir: Path, own: str) -> dict[str, list[str]]:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module]
+            else:
+                continue
             for name in names:
                 if name.split(".")[0] != own:
                     found.setdefault(name, []).append(f"{path.name}:{node.lineno}")

@@ -85,7 +85,7 @@ def test_the_wheel_installs_and_imports_in_a_venv_of_its_own(package: str, tmp_p
     assert metadata["Version"] == project["version"]
     assert metadata["License-Expression"] == LICENSE_EXPRESSION == project["license"]
     assert "Private :: Do Not Upload" in metadata.get_all("Classifier", [])
-    assert metadata.get_payload().strip() == readme.strip()
+    assert str(metadata.get_payload()).strip() == readme.strip()
     assert sorted(metadata.get_all("Requires-Dist", [])) == sorted(project["dependencies"])
     dist_info = f"{module}-{project['version']}.dist-info"
     assert f"{dist_info}/licenses/LICENSE" in names

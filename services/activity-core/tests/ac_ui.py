@@ -23,7 +23,10 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def form_body(fields: dict[str, Any] | list[tuple[str, str]]) -> str:
-    return str(httpx.QueryParams(fields))
+    if isinstance(fields, dict):
+        return str(httpx.QueryParams(fields))
+    pairs: list[tuple[str, str | int | float | bool | None]] = list(fields)
+    return str(httpx.QueryParams(pairs))
 
 
 async def login(

@@ -139,7 +139,8 @@ class ActivityCore:
         return httpx.ASGITransport(app=self.app)
 
     async def row(self, run_id: uuid.UUID) -> asyncpg.Record:
-        return await self.seeded.row(run_id)
+        row: asyncpg.Record = await self.seeded.row(run_id)
+        return row
 
 
 def activity_core_app(dsn: str, **env: Any) -> Any:
@@ -295,7 +296,7 @@ def started_in_a_worktree(state_dir: Path) -> bool:
     return any((state_dir / "worktrees").glob("*/started"))
 
 
-def processes_of_run(run_id: str) -> list[int]:
+def processes_of_run(run_id: str | uuid.UUID) -> list[int]:
     """Pids of processes started for `run_id` (REIN_RUN_ID in their environment): a
     sandboxed approach works in /workspace of its own mount namespace, so its working
     directory says nothing on the host."""

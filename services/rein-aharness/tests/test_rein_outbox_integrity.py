@@ -81,7 +81,8 @@ def _status(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], st
 
 
 def _run_refused(capsys: pytest.CaptureFixture[str]) -> str:
-    assert main(["run", "--once"]) == ExitCode.INTEGRITY == 5
+    assert main(["run", "--once"]) == ExitCode.INTEGRITY
+    assert int(ExitCode.INTEGRITY) == 5
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("rein-aharness: close outbox refused: ")
@@ -407,5 +408,5 @@ def test_a_long_ledger_history_is_compacted_at_the_next_pass(
     assert read_ledger(root / "ledger").lines == 1 + 1 + 3000
     anyio.run(lambda: replay_pending(store, _applied, limit=0))  # nothing delivered
     compacted = read_ledger(root / "ledger")
-    assert (compacted.known, compacted.lines) == ({key}, 2)
+    assert (set(compacted.known), compacted.lines) == ({key}, 2)
     assert (root / "ledger").read_text().splitlines()[1] == f"+{key}"

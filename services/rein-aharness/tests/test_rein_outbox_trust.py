@@ -79,7 +79,8 @@ def _refusals(
 ) -> tuple[str, str]:
     """What `close-outbox status` and `run --once` print on stderr; both must exit 4."""
     monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", str(state))
-    assert main(["close-outbox", "status"]) == ExitCode.STORE_UNUSABLE == 4
+    assert main(["close-outbox", "status"]) == ExitCode.STORE_UNUSABLE
+    assert int(ExitCode.STORE_UNUSABLE) == 4
     status = capsys.readouterr()
     assert status.out == ""
     assert main(["run", "--once"]) == ExitCode.STORE_UNUSABLE

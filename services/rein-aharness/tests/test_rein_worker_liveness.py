@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ops_runtime.liveness import serve_liveness
 from rein_aharness.cli import main
-from rein_aharness.worker.liveness import serve_liveness
 from rein_worker_kit import CATALOGUE
 
 MAX_STALL = 2.0
@@ -118,7 +118,7 @@ async def test_livez_answers_while_the_loop_runs_and_fails_within_the_limit_once
 
             process.send_signal(signal.SIGUSR1)
             blocked_at = time.monotonic()
-            answers = []
+            answers: list[httpx.Response] = []
             async with asyncio.timeout(MAX_STALL + 5):
                 while not answers or answers[-1].status_code == 200:
                     answers.append(await http.get(url))

@@ -743,7 +743,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     declared = set()
     for route in routes:
         kind = credential_of(route)
-        for method in route.methods:
+        for method in route.methods or ():
             declared.add((method, route.path))
             if (method, route.path) in worker:
                 assert kind is Credential.worker, route.path

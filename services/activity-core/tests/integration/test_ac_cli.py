@@ -217,7 +217,7 @@ def test_once_temporal_was_loaded_the_script_ends_without_interpreter_teardown(
 
     monkeypatch.setattr(cli, "main", lambda: 3)
     monkeypatch.setitem(sys.modules, cli.TEMPORAL_BRIDGE_MODULE, types.ModuleType("bridge"))
-    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    monkeypatch.setattr(os, "_exit", fake_exit)
     with pytest.raises(_Exited):
         cli.console_main()
     assert exits == [3]
@@ -228,7 +228,7 @@ def test_without_temporal_the_script_exits_the_ordinary_way(
 ) -> None:
     monkeypatch.setattr(cli, "main", lambda: 4)
     monkeypatch.delitem(sys.modules, cli.TEMPORAL_BRIDGE_MODULE, raising=False)
-    monkeypatch.setattr(cli.os, "_exit", lambda code: pytest.fail(f"os._exit({code})"))
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"os._exit({code})"))
     with pytest.raises(SystemExit) as exited:
         cli.console_main()
     assert exited.value.code == 4

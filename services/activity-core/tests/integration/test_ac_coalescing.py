@@ -227,7 +227,7 @@ async def test_closes_outside_the_common_case_take_the_locking_path(
     )
     await seeded.expire_lease(ended)
     result = {"ok": True, "path": "out/x.md"}
-    outcomes = await asyncio.gather(
+    outcomes: list[Any] = await asyncio.gather(
         queue.complete(ok, "w-ok", result),
         queue.complete(wrong, "w-intruder", result),
         queue.complete(ended, "w-ended", result),
@@ -267,7 +267,7 @@ async def test_a_run_repeated_in_one_statement_enters_it_once_and_the_first_clos
     retried, conflicting = await claimed_by(queue, seeded, ["w-retry", "w-conflict"])
     first = {"ok": True, "path": "out/first.md"}
     # all four reach the coalescer before its call starts: one statement serves them
-    outcomes = await asyncio.gather(
+    outcomes: list[Any] = await asyncio.gather(
         queue.complete(retried, "w-retry", first),
         queue.complete(conflicting, "w-conflict", first),
         queue.complete(retried, "w-retry", first),

@@ -158,13 +158,13 @@ def run_sync(
     out, err = io.StringIO(), io.StringIO()
     settings = load_settings(STATE_HUB_URL=None, **env)
     original = cli_definitions.open_schedule_applier
-    cli_definitions.open_schedule_applier = applier.factory  # type: ignore[assignment]
+    cli_definitions.open_schedule_applier = applier.factory
     try:
         code = cli_definitions.run_sync_definitions(
             settings, list(paths), database=lambda: dsn_of(db_dsn), out=out, err=err
         )
     finally:
-        cli_definitions.open_schedule_applier = original  # type: ignore[assignment]
+        cli_definitions.open_schedule_applier = original
     return code, out.getvalue(), err.getvalue()
 
 

@@ -214,6 +214,7 @@ async def test_a_fire_emits_an_open_run_and_the_audit_then_writes_the_sink(
     assert report.sink_writes_left == 1
     # the fire is emitted in the same transaction
     fire_row = await db.fetchrow("SELECT * FROM activity_runs WHERE id = $1", fire.activity_run_id)
+    assert fire_row is not None
     assert (fire_row["status"], fire_row["emitted_count"]) == ("emitted", 1)
     assert fire_row["finished_at"] is not None
 

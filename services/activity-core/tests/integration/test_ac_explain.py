@@ -19,7 +19,8 @@ from ops_contracts import LabelsMode
 async def explain(api: AppClient, run_id: Any) -> dict[str, Any]:
     response = await api.http.get(f"/ops-runs/{run_id}/explain", headers=api.operator_headers())
     assert response.status_code == 200, response.text
-    return response.json()
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def codes(body: dict[str, Any]) -> list[str]:
@@ -27,7 +28,7 @@ def codes(body: dict[str, Any]) -> list[str]:
 
 
 def detail(body: dict[str, Any], code: str) -> str:
-    return next(r["detail"] for r in body["reasons"] if r["code"] == code)
+    return str(next(r["detail"] for r in body["reasons"] if r["code"] == code))
 
 
 async def test_an_open_run_nobody_claims_for_and_the_runs_ahead_of_it(

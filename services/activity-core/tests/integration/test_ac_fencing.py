@@ -113,11 +113,12 @@ async def test_a_late_failure_of_an_earlier_attempt_is_expired_lease(
 ) -> None:
     run_id = await reclaimed(door, seeded)
     before = await snapshot(db, run_id)
-    for body in (
+    bodies: tuple[dict[str, Any], ...] = (
         {"error": "llm timeout", "attempt": 1},
         {"error": "llm timeout", "attempt": 1, "reopen": True},  # the locking path
         {"error": "llm timeout", "attempt": 3, "result": RESULT},
-    ):
+    )
+    for body in bodies:
         response = await door.fail(run_id, **body)
         assert_expired_lease(response)
     assert await snapshot(db, run_id) == before

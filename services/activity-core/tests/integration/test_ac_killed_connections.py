@@ -136,10 +136,11 @@ async def test_a_transaction_cut_off_before_commit_runs_again(
     COMMIT, nothing committed, so they run again and answer as if nothing happened."""
     beat, reopen = await claimed_run(seeded), await claimed_run(seeded)
     lease_before = (await seeded.row(beat))["lease_until"]
-    for run, action, body in [
+    cases: list[tuple[object, str, dict[str, Any]]] = [
         (beat, "heartbeat", {"lease_seconds": 3600}),
         (reopen, "fail", {"error": "flaky", "reopen": True}),
-    ]:
+    ]
+    for run, action, body in cases:
         lock = "SELECT 1 FROM ops_runs WHERE id = $1 FOR UPDATE"
         async with holding(db_dsn, lock, run):
             request = asyncio.create_task(
@@ -368,7 +369,8 @@ async def test_killing_the_pools_sessions_under_load_is_never_a_500(
 ) -> None:
     runs = await seeded.runs(400)
     spare, failed = await seeded.run(), await seeded.run(state="failed", attempt=1)
-    ledger, stop, killed = Ledger(), asyncio.Event(), []
+    ledger, stop = Ledger(), asyncio.Event()
+    killed: list[int] = []
     async with (
         served(db_dsn, ACTIVITY_CORE_DB_POOL_MIN=1, ACTIVITY_CORE_DB_POOL_MAX=3) as base,
         httpx.AsyncClient(base_url=base, timeout=30) as http,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from ac_testkit import AppClient, SeededQueue
 
@@ -15,7 +16,7 @@ async def test_list_filters(api: AppClient, seeded: SeededQueue) -> None:
     )
     h = api.operator_headers()
 
-    async def ids(params: dict[str, object]) -> set[str]:
+    async def ids(params: dict[str, Any]) -> set[str]:
         response = await api.http.get("/ops-runs", params=params, headers=h)
         assert response.status_code == 200, response.text
         return {run["id"] for run in response.json()["runs"]}
@@ -37,7 +38,7 @@ async def test_keyset_pagination_visits_every_run_once(api: AppClient, seeded: S
     cursor = None
     pages = 0
     while True:
-        params: dict[str, object] = {"limit": 5}
+        params: dict[str, Any] = {"limit": 5}
         if cursor:
             params["cursor"] = cursor
         response = await api.http.get("/ops-runs", params=params, headers=api.operator_headers())

@@ -200,7 +200,7 @@ def test_each_operation_requires_the_credential_its_route_declares() -> None:
         for router in JSON_ROUTERS
         for route in router.routes
         if isinstance(route, APIRoute)
-        for method in route.methods
+        for method in route.methods or ()
     }
     kinds: dict[Credential | None, int] = {}
     for path, item in document["paths"].items():
@@ -465,7 +465,7 @@ async def walk_apps(
 ) -> AsyncIterator[dict[str, AppClient]]:
     """The app on the migrated database, on one that cannot be reached and on one never
     migrated; Temporal is unreachable for all of them."""
-    env = {
+    env: dict[str, Any] = {
         "ACTIVITY_CORE_OPERATORS_FILE": str(operators_file),
         "ACTIVITY_CORE_MAX_BODY_BYTES": MAX_BODY_BYTES,
         "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}",

@@ -90,7 +90,7 @@ async def test_the_automation_worker_and_window_filters_combine(
 
 async def test_keyset_pages_hold_under_the_new_filters(api: AppClient, seeded: SeededQueue) -> None:
     created = await seeded.runs(17)
-    window = {
+    window: dict[str, Any] = {
         "automation": "test-activity",
         "created_after": (datetime.now(UTC) - timedelta(days=2)).isoformat(),
         "limit": 4,
@@ -179,8 +179,8 @@ async def test_the_summary_counts_the_live_queue_and_a_window_of_terminal_runs(
     assert body["oldest_open"]["id"] == str(oldest_low)
     assert 5 * 3600 - 60 < body["oldest_open"]["age_seconds"] < 5 * 3600 + 60
     as_of = datetime.fromisoformat(body["as_of"])
-    since = datetime.fromisoformat(body["terminal_since"])
-    assert as_of - since == timedelta(hours=24)
+    terminal_since = datetime.fromisoformat(body["terminal_since"])
+    assert as_of - terminal_since == timedelta(hours=24)
 
     week = (now - timedelta(days=7)).isoformat()
     body = (

@@ -66,5 +66,5 @@ def test_nothing_but_the_body_guard_sits_inside_the_fast_path() -> None:
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
     # user_middleware is outermost first: what comes after the fast path never sees a
     # request it answers, so it must be only the body guard, whose checks it shares.
-    order = [m.cls for m in app.user_middleware]
+    order: list[object] = [m.cls for m in app.user_middleware]
     assert order == [RequestMetrics, WorkerFastPath, StrictJsonBody]

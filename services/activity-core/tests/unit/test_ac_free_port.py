@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -38,9 +39,7 @@ def test_a_port_someone_holds_is_not_chosen(monkeypatch: pytest.MonkeyPatch) -> 
         taken: int = held.getsockname()[1]
         monkeypatch.setattr(dev_server, "ephemeral_low", lambda: taken + 100)
         candidates = iter([taken, taken, taken + 1])
-        monkeypatch.setattr(
-            dev_server.random.SystemRandom, "randrange", lambda *_: next(candidates)
-        )
+        monkeypatch.setattr(random.SystemRandom, "randrange", lambda *_: next(candidates))
         assert free_port() == taken + 1
 
 

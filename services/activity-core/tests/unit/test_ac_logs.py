@@ -1,4 +1,5 @@
-"""The JSON log line: its timestamp, its fields, and what a record no longer collects."""
+"""What activity-core's configured records no longer collect (the formatter itself:
+packages/runtime/tests/test_runtime_logs.py)."""
 
 from __future__ import annotations
 
@@ -6,76 +7,10 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from activity_core import logs
 from activity_core.logs import JsonFormatter, configure_logging
-
-
-def _isoformat_z(created: float) -> str:
-    written = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
-    return written.removesuffix("+00:00") + "Z"
-
-
-@given(st.floats(min_value=0, max_value=4_102_444_800, allow_nan=False))
-def test_the_timestamp_is_what_datetime_isoformat_writes(created: float) -> None:
-    assert logs._timestamp(created) == _isoformat_z(created)
-
-
-@pytest.mark.parametrize(
-    "created",
-    [0.0, 1_764_790_519.9995, 1_764_790_519.9999996, 1_764_790_519.0005, 1_764_790_520.0],
-)
-def test_the_timestamp_rounds_as_datetime_does_at_the_edges(created: float) -> None:
-    assert logs._timestamp(created) == _isoformat_z(created)
-
-
-def _record(**extra: object) -> logging.LogRecord:
-    record = logging.LogRecord(
-        "activity_core.queue", logging.INFO, "x.py", 1, "run %s", ("é",), None
-    )
-    record.created = 1_764_790_519.661
-    for key, value in extra.items():
-        setattr(record, key, value)
-    return record
-
-
-def test_a_line_has_the_fields_and_the_extra_fields_that_are_known() -> None:
-    line = JsonFormatter().format(
-        _record(run_id="r-1", worker_id="w-1", attempt=2, request_id=None, code="not_found")
-    )
-    assert json.loads(line) == {
-        "ts": "2025-12-03T19:35:19.661Z",
-        "level": "INFO",
-        "logger": "activity_core.queue",
-        "message": "run é",
-        "run_id": "r-1",
-        "worker_id": "w-1",
-        "attempt": 2,
-        "code": "not_found",
-    }
-    assert line.isascii()  # é as \\u00e9: no stderr encoding or line splitter can break it
-    assert "\n" not in line
-
-
-def test_a_value_json_cannot_encode_is_text_and_an_exception_has_its_traceback() -> None:
-    try:
-        raise KeyError("boom")
-    except KeyError:
-        record = _record(run_id=datetime(2026, 1, 2, tzinfo=UTC), elapsed=float("nan"))
-        record.exc_info = sys.exc_info()
-    text = JsonFormatter().format(record)
-    line = json.loads(text)
-    assert line["run_id"] == "2026-01-02 00:00:00+00:00"
-    assert line["elapsed"] == "nan"
-    assert line["exc_type"] == "KeyError"
-    assert line["traceback"].startswith("Traceback (most recent call last):\n")
-    assert line["traceback"].endswith("KeyError: 'boom'")
-    assert "\n" not in text
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ SIGTERM or Ctrl-C stops polling, lets running activities finish (bounded), then 
 pool and, if this process started the local dev server, stops it.
 
 Two optional endpoints (worker_endpoints.py): `/livez` for a liveness probe, served from its
-own thread from the moment the event loop starts (liveness.py), and the Temporal SDK's
+own thread from the moment the event loop starts (`ops_runtime.liveness`), and the Temporal SDK's
 Prometheus metrics, served by the SDK's core from a runtime made the process default
 before any client exists.
 """
@@ -24,13 +24,14 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from ops_runtime.liveness import serve_liveness
+
 from ..db.pool import create_pool
 from ..emission.sink import IssueSink, build_issue_sink
 from ..settings import ActivityCoreSettings, SettingsError
 from .activities import ActivityCoreActivities
 from .client import temporal_client
 from .errors import TemporalUnavailable
-from .liveness import serve_liveness
 from .payloads import FirePolicy
 from .worker_endpoints import (
     LIVENESS_ADDRESS,

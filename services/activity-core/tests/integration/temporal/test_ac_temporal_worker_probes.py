@@ -114,7 +114,7 @@ async def test_livez_follows_the_event_loop_and_the_sdk_metrics_are_served(
 
         process.send_signal(signal.SIGUSR1)
         blocked_at = time.monotonic()
-        answers = []
+        answers: list[httpx.Response] = []
         async with asyncio.timeout(MAX_STALL + 5):
             while not answers or answers[-1].status_code == 200:
                 answers.append(await http.get(livez))

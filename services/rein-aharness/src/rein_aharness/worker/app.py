@@ -26,6 +26,7 @@ import anyio
 import httpx
 
 from ops_contracts import LabelsMode
+from ops_runtime.liveness import serve_liveness
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.gateway import GlasGateway, HttpGlasGateway, LocalGlasGateway
@@ -40,7 +41,6 @@ from rein_aharness.settings import Settings, SettingsProblem, parse_bind_address
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
-from rein_aharness.worker.liveness import serve_liveness
 from rein_aharness.worker.loop import Worker, WorkerConfig
 from rein_aharness.worker.metrics import serve_metrics
 from rein_aharness.worker.processor import RunProcessor

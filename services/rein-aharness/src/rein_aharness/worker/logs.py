@@ -1,123 +1,22 @@
-"""The worker's log lines: one JSON object per line on stderr, in docs/logging.md's schema.
+"""The worker's log lines: one JSON object per line on stderr, in docs/logging.md's schema
+(made by `ops_runtime.logs`, as activity-core's are). Every line of a worker carries its
+`worker_id`.
 
-activity-core writes the same schema with its own copy of this formatter (the services
-never import each other); tests-e2e/test_e2e_log_schema.py holds both to it, on records
-and on the real processes' output. Every line of a worker carries its `worker_id`.
-
-`extra={...}` fields become top-level keys of the line, so pass identifiers and small
-facts there (run_id, attempt, reason), never a token or a result body. Completion events
-without a sink are lines of the `rein_aharness.events` logger whose `message` is the
-event's JSON.
+Completion events without a sink are lines of the `rein_aharness.events` logger whose
+`message` is the event's JSON.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import math
-import sys
-import time
-from collections.abc import Mapping
-from types import TracebackType
 from typing import TextIO
+
+from ops_runtime.logs import RESERVED_KEYS, JsonFormatter, StderrHandler, log_uncaught_to
 
 __all__ = ["RESERVED_KEYS", "JsonFormatter", "configure_logging"]
 
-# The keys the formatter writes itself; an `extra` field of the same name is dropped.
-RESERVED_KEYS = ("ts", "level", "logger", "message", "exc_type", "traceback")
-
-# What every LogRecord carries (and Formatter.format adds): anything else came in `extra`.
-# LogRecord.__init__ sets its attributes first, so `extra` fields follow the first
-# _RECORD_SIZE: only those are looked at (a line is written for every claim and close).
-_RECORD_SIZE = len(logging.LogRecord("", 0, "", 0, "", (), None).__dict__)
-_RECORD_ATTRIBUTES = frozenset(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys() | {"message", "asctime"}
-)
-# uvicorn's ANSI-coloured copy of the message is not a fact of the event.
-_NEVER_WRITTEN = frozenset(RESERVED_KEYS) | {"color_message"}
-
-# One encoder for every line: json.dumps builds a new JSONEncoder on each call that passes
-# options, and a log line is written for every claim and every close. ASCII only, so a
-# line survives any stderr encoding and no character inside it (U+2028, NEL) is taken
-# for a line break; NaN and Infinity are not JSON, so they fail and are written as text.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
-
-
-def _timestamp(created: float) -> str:
-    """RFC 3339 UTC with milliseconds, exactly as
-    datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds") writes it
-    (microseconds rounded half-even first, then cut to milliseconds), with `Z` for UTC."""
-    seconds = math.floor(created)
-    micros = round((created - seconds) * 1_000_000)
-    if micros == 1_000_000:
-        seconds, micros = seconds + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros // 1000:03d}Z"
-
-
-class JsonFormatter(logging.Formatter):
-    """One line of docs/logging.md's schema per record. `context`: fields every line
-    carries unless its record has its own value for them."""
-
-    def __init__(self, context: Mapping[str, object] | None = None) -> None:
-        super().__init__()
-        self._context = {
-            key: value
-            for key, value in (context or {}).items()
-            if value is not None and key not in _NEVER_WRITTEN
-        }
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, object] = {
-            "ts": _timestamp(record.created),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        line.update(self._context)
-        fields = record.__dict__
-        if len(fields) > _RECORD_SIZE:
-            for key, value in itertools.islice(fields.items(), _RECORD_SIZE, None):
-                if (
-                    value is not None
-                    and key not in _RECORD_ATTRIBUTES
-                    and key not in _NEVER_WRITTEN
-                    and not key.startswith("_")
-                ):
-                    line[key] = value
-        if record.exc_info and record.exc_info[0] is not None:
-            if not record.exc_text:
-                record.exc_text = self.formatException(record.exc_info)
-            line["exc_type"] = record.exc_info[0].__name__
-            line["traceback"] = record.exc_text
-        try:
-            return _ENCODER.encode(line)
-        except (TypeError, ValueError):
-            # a key JSON cannot take, a circular reference, NaN: such values as text
-            for key in line.keys() - _NEVER_WRITTEN:
-                line[key] = str(line[key])
-            return _ENCODER.encode(line)
-
-
-class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to the sys.stderr of the moment, as logging.lastResort does: a replaced
-    stderr (a test's capture) never leaves a handler writing to a closed stream."""
-
-    @property
-    def stream(self) -> object:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _: object) -> None:
-        pass
-
-
-def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-    """A crash is one line with its traceback too, not Python's text on stderr."""
-    if issubclass(kind, KeyboardInterrupt):
-        sys.__excepthook__(kind, exc, tb)
-        return
-    logging.getLogger("rein_aharness").critical("uncaught exception", exc_info=(kind, exc, tb))
+# Loggers whose records are the worker's own: they log at the configured level.
+_OURS = ("rein_aharness", "ops_runtime")
 
 
 def configure_logging(
@@ -125,13 +24,14 @@ def configure_logging(
 ) -> None:
     """The worker's records at `level`, other libraries' at WARNING and above (an httpx
     line per request would drown the worker's own), all in one format on one stream."""
-    handler = _Stderr() if stream is None else logging.StreamHandler(stream)
+    handler = StderrHandler() if stream is None else logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter({"worker_id": worker_id}))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level]))
-    ours = logging.getLogger("rein_aharness")
-    ours.handlers[:] = []
-    ours.propagate = True
-    ours.setLevel(level)
-    sys.excepthook = _log_uncaught
+    for name in _OURS:
+        ours = logging.getLogger(name)
+        ours.handlers[:] = []
+        ours.propagate = True
+        ours.setLevel(level)
+    log_uncaught_to("rein_aharness")

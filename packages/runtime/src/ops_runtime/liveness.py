@@ -1,10 +1,13 @@
-"""The worker's liveness endpoint: `REIN_AHARNESS_LIVENESS_ADDRESS=host:port`, `GET /livez`.
+"""The liveness endpoint of a worker process: `GET /livez`, 200 while its event loop runs.
 
-A liveness probe must fail when the worker is stuck, and only then. A long run is not
-stuck: the worker awaits its sandboxed process, git and Activity Core, and its event loop
-keeps running the whole time. A worker whose event loop no longer runs is stuck for good:
-a call that blocks the loop's thread (a hung file system, a synchronous call that never
-returns) stops every heartbeat, close and claim of the process, and no await resumes.
+Used by rein-aharness's worker (REIN_AHARNESS_LIVENESS_ADDRESS) and activity-core's
+Temporal worker (ACTIVITY_CORE_TEMPORAL_WORKER_LIVENESS_ADDRESS).
+
+A liveness probe must fail when the worker is stuck, and only then. A long piece of work is
+not stuck: the workers await their sandboxed process, git, PostgreSQL or Activity Core, and
+the event loop keeps running the whole time. A worker whose event loop no longer runs is
+stuck for good: a call that blocks the loop's thread (a hung file system, a synchronous
+call that never returns) stops everything the process does, and no await resumes.
 
 So a callback on the event loop records the time every second (at most a quarter of the
 limit), and a small HTTP server on a thread of its own answers from that record: 200 while
@@ -13,8 +16,9 @@ the restart that follows has its reason next to it). The thread keeps answering 
 loop is blocked, which is the point; a process that is frozen altogether (stopped, or
 starved of CPU) does not answer, and a kubelet counts the timeout as a failure too.
 
-What this does not see: a loop that runs but whose tasks wait forever on each other. A
-run's lease expires then, and another worker takes its next attempt.
+What this does not see: a loop that runs but whose tasks wait forever on each other, or
+(in the Temporal worker) a stuck SDK core on its own threads. A run's lease expires then,
+and Temporal times an activity out; another worker takes the work.
 """
 
 from __future__ import annotations
