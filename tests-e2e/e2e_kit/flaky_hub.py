@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from .json_server import JsonPostServer
+from e2e_kit.json_server import JsonPostServer
 
 __all__ = ["FlakyHub"]
 

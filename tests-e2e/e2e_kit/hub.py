@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .json_server import JsonPostServer
+from e2e_kit.json_server import JsonPostServer
 
 __all__ = ["Recorded", "StubHub"]
 

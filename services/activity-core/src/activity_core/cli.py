@@ -20,9 +20,9 @@ from typing import NoReturn
 
 import asyncpg
 
-from .db.migrate import MigrationError, migrate
-from .logs import configure_logging
-from .settings import ActivityCoreSettings, SettingsError, load_settings
+from activity_core.db.migrate import MigrationError, migrate
+from activity_core.logs import configure_logging
+from activity_core.settings import ActivityCoreSettings, SettingsError, load_settings
 
 log = logging.getLogger("activity_core.cli")
 
@@ -53,7 +53,7 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
     if settings.database_url:
         yield settings.database_url
         return
-    from .db.embedded import EmbeddedNotInstalled, start_embedded
+    from activity_core.db.embedded import EmbeddedNotInstalled, start_embedded
 
     # the package narrates initdb/pg_ctl at INFO and platformdirs warns about XDG_RUNTIME_DIR;
     # an operator needs one line saying where the database lives, printed below
@@ -97,9 +97,9 @@ def cmd_migrate(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
-    from .http.app import build_authenticator, create_app
-    from .http.auth import CredentialsFileError
-    from .serve import Listen, serve_in_this_process, serve_with_workers
+    from activity_core.http.app import build_authenticator, create_app
+    from activity_core.http.auth import CredentialsFileError
+    from activity_core.serve import Listen, serve_in_this_process, serve_with_workers
 
     # Configuration first: a bad credentials file must stop us before a database is
     # started, connected to or migrated.
@@ -125,7 +125,7 @@ def require_temporal(settings: ActivityCoreSettings) -> None:
     its server, it does not find one by chance."""
     if settings.temporal_address:
         return
-    from .temporal.dev_server import DevServerNotInstalled, temporal_binary
+    from activity_core.temporal.dev_server import DevServerNotInstalled, temporal_binary
 
     try:
         temporal_binary()
@@ -134,21 +134,21 @@ def require_temporal(settings: ActivityCoreSettings) -> None:
 
 
 def cmd_temporal_worker(settings: ActivityCoreSettings, _: argparse.Namespace) -> int:
-    from .temporal.worker import run_worker_command
+    from activity_core.temporal.worker import run_worker_command
 
     require_temporal(settings)
     return run_worker_command(settings, database=lambda: database(settings))
 
 
 def cmd_sync_definitions(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
-    from .cli_definitions import run_sync_definitions
+    from activity_core.cli_definitions import run_sync_definitions
 
     require_temporal(settings)
     return run_sync_definitions(settings, args.paths, database=lambda: database(settings))
 
 
 def cmd_retry_fire(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
-    from .temporal.retry import run_retry_command
+    from activity_core.temporal.retry import run_retry_command
 
     return run_retry_command(
         settings,
@@ -159,7 +159,7 @@ def cmd_retry_fire(settings: ActivityCoreSettings, args: argparse.Namespace) -> 
 
 
 def _worker_count(text: str) -> int:
-    from .serve import MAX_WORKERS
+    from activity_core.serve import MAX_WORKERS
 
     try:
         value = int(text)
@@ -225,11 +225,11 @@ OPERATOR_COMMANDS = ("runs", "automations")
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "runs":
-        from .operator.cli import main as runs_main
+        from activity_core.operator.cli import main as runs_main
 
         return runs_main(argv[1:])
     if argv and argv[0] == "automations":
-        from .cli_automations import main as automations_main
+        from activity_core.cli_automations import main as automations_main
 
         return automations_main(argv[1:])
     args = build_parser().parse_args(argv)

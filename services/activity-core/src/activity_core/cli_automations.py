@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from .operator.api_cli import (
+from activity_core.operator.api_cli import (
     EXIT_OK,
     URL_VARIABLE,
     Api,

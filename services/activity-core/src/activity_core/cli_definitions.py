@@ -20,11 +20,16 @@ from typing import TextIO
 
 import asyncpg
 
-from .db.pool import create_pool
-from .definitions.model import ActivityDefinitionSpec
-from .definitions.sync import ScheduleApplier, ScheduleApplyError, SyncReport, sync_definitions
-from .definitions.validate import load_definitions
-from .settings import ActivityCoreSettings
+from activity_core.db.pool import create_pool
+from activity_core.definitions.model import ActivityDefinitionSpec
+from activity_core.definitions.sync import (
+    ScheduleApplier,
+    ScheduleApplyError,
+    SyncReport,
+    sync_definitions,
+)
+from activity_core.definitions.validate import load_definitions
+from activity_core.settings import ActivityCoreSettings
 
 PREFIX = "activity-core"
 
@@ -34,7 +39,7 @@ def open_schedule_applier(
 ) -> AbstractAsyncContextManager[ScheduleApplier]:
     """The Temporal applier; imported here, lazily, so validation never needs Temporal.
     Tests replace this function to record what a sync applies."""
-    from .temporal.schedules import open_schedule_applier as temporal_applier
+    from activity_core.temporal.schedules import open_schedule_applier as temporal_applier
 
     return temporal_applier(settings)
 

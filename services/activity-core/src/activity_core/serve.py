@@ -120,9 +120,9 @@ def _listen_reusing_port(listen: Listen) -> socket.socket:
 def _worker_main(dsn: str, listen: Listen) -> None:
     """A worker process: its own socket on the port, settings (from the same environment),
     app, pool and event loop."""
-    from .http.app import create_app
-    from .logs import configure_logging
-    from .settings import load_settings
+    from activity_core.http.app import create_app
+    from activity_core.logs import configure_logging
+    from activity_core.settings import load_settings
 
     try:
         sock = _listen_reusing_port(listen)

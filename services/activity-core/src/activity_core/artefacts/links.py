@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import urllib.parse
 
+from activity_core.settings import absolute_http_base
 from ops_evidence import git_object_id, repo_path, target_repo
-
-from ..settings import absolute_http_base
 
 
 def web_base(value: object) -> str | None:

@@ -12,6 +12,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from activity_core.artefacts.links import forgejo_file_url
+from activity_core.artefacts.models import (
+    Artifact,
+    CompactEvidence,
+    Disposition,
+    FireOpsRun,
+    MatchedBy,
+)
 from ops_contracts import RunState
 from ops_evidence import (
     compact_execution_evidence,
@@ -21,9 +29,6 @@ from ops_evidence import (
     sanitize_error,
     target_repo,
 )
-
-from .links import forgejo_file_url
-from .models import Artifact, CompactEvidence, Disposition, FireOpsRun, MatchedBy
 
 
 def disposition(state: RunState, lease_until: datetime | None, now: datetime) -> Disposition:

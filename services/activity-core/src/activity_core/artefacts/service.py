@@ -24,14 +24,8 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from ops_contracts import RefusalCode, RunState
-from ops_evidence import sanitize_error
-
-from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
-from ..db.unavailable import pooled
-from ..queue.errors import QueueRefusal
-from . import queries
-from .models import (
+from activity_core.artefacts import queries
+from activity_core.artefacts.models import (
     AutomationIndex,
     AutomationRef,
     AutomationSummary,
@@ -43,7 +37,12 @@ from .models import (
     Schedule,
     SinkWrites,
 )
-from .projection import project_ops_run
+from activity_core.artefacts.projection import project_ops_run
+from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.db.unavailable import pooled
+from activity_core.queue.errors import QueueRefusal
+from ops_contracts import RefusalCode, RunState
+from ops_evidence import sanitize_error
 
 OPEN_FIRE_WINDOW_SECONDS = 900
 MAX_OPS_RUNS_PER_FIRE = 200

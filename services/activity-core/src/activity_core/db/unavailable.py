@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import asyncpg
 
-from .pool import session_untouched
+from activity_core.db.pool import session_untouched
 
 if TYPE_CHECKING:  # PoolConnectionProxy is generic only in the stubs
     from asyncpg.pool import PoolConnectionProxy

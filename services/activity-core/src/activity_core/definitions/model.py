@@ -41,6 +41,8 @@ from pydantic import (
     StrictStr,
 )
 
+from activity_core.definitions.cron import validate_cron
+from activity_core.definitions.templates import parse_path, parse_template
 from ops_contracts import (
     ATTRIBUTION_REF_KEYS,
     Priority,
@@ -50,9 +52,6 @@ from ops_contracts import (
     harness_profile_ref_error,
     label_error,
 )
-
-from .cron import validate_cron
-from .templates import parse_path, parse_template
 
 __all__ = [
     "DEFINITION_NAMESPACE",

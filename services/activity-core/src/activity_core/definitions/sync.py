@@ -29,8 +29,8 @@ from typing import Protocol
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from . import queries
-from .model import ActivityDefinitionSpec
+from activity_core.definitions import queries
+from activity_core.definitions.model import ActivityDefinitionSpec
 
 __all__ = ["ScheduleApplier", "ScheduleApplyError", "SyncReport", "sync_definitions"]
 

@@ -22,9 +22,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from activity_core.definitions.model import ActivityDefinitionSpec, NestedFieldError
 from ops_contracts import GrantValidationError
-
-from .model import ActivityDefinitionSpec, NestedFieldError
 
 __all__ = [
     "DEFINITION_SUFFIXES",

@@ -35,19 +35,19 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
-from ..db.unavailable import is_unavailable
-from ..definitions.model import ActivityDefinitionSpec, TaskSource
-from . import queries
-from .errors import (
+from activity_core.db.unavailable import is_unavailable
+from activity_core.definitions.model import ActivityDefinitionSpec, TaskSource
+from activity_core.emission import queries
+from activity_core.emission.errors import (
     DefinitionNotSyncedError,
     EmissionPolicyError,
     EmissionUnavailable,
     PolicyProblem,
 )
-from .fire import FireContext
-from .policy import check_batch
-from .render import RenderError, render_task
-from .sink import NONE_SINK, SinkTask
+from activity_core.emission.fire import FireContext
+from activity_core.emission.policy import check_batch
+from activity_core.emission.render import RenderError, render_task
+from activity_core.emission.sink import NONE_SINK, SinkTask
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy

@@ -17,18 +17,17 @@ Any problem refuses the whole batch with every problem listed.
 
 from __future__ import annotations
 
+from activity_core.definitions.model import ActivityDefinitionSpec, TaskSource
+from activity_core.definitions.templates import TemplateError, parse_path, parse_template
+from activity_core.emission.errors import EmissionPolicyError, PolicyProblem
+from activity_core.emission.fire import FireContext
+from activity_core.emission.trigger import SCHEDULED_TRIGGER_KEY
 from ops_contracts import (
     ATTRIBUTION_REF_KEYS,
     GrantValidationError,
     harness_profile_ref_error,
     parse_repository_grant,
 )
-
-from ..definitions.model import ActivityDefinitionSpec, TaskSource
-from ..definitions.templates import TemplateError, parse_path, parse_template
-from .errors import EmissionPolicyError, PolicyProblem
-from .fire import FireContext
-from .trigger import SCHEDULED_TRIGGER_KEY
 
 __all__ = ["batch_problems", "check_batch"]
 

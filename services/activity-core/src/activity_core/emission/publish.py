@@ -29,12 +29,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from activity_core.db.unavailable import is_unavailable
+from activity_core.emission import queries
+from activity_core.emission.errors import EmissionError, EmissionUnavailable, IssueSinkError
+from activity_core.emission.sink import IssueSink, SinkTask
 from ops_evidence import sanitize_error
-
-from ..db.unavailable import is_unavailable
-from . import queries
-from .errors import EmissionError, EmissionUnavailable, IssueSinkError
-from .sink import IssueSink, SinkTask
 
 __all__ = ["SinkTotals", "SinkUnavailable", "give_up", "publish_pending", "sink_totals"]
 

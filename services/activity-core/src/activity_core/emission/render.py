@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from activity_core.definitions.model import LIST_REF_KEYS, ActionFields
+from activity_core.definitions.templates import Field, TemplateError, parse_path, parse_template
+from activity_core.emission.fire import FireContext
 from ops_contracts import ATTRIBUTION_REF_KEYS, canonical_json
-
-from ..definitions.model import LIST_REF_KEYS, ActionFields
-from ..definitions.templates import Field, TemplateError, parse_path, parse_template
-from .fire import FireContext
 
 __all__ = [
     "MAX_DESCRIPTION",

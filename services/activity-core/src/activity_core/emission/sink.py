@@ -29,10 +29,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from activity_core.emission.errors import IssueSinkError
+from activity_core.settings import ActivityCoreSettings, SettingsError
 from ops_contracts import canonical_json
-
-from ..settings import ActivityCoreSettings, SettingsError
-from .errors import IssueSinkError
 
 __all__ = [
     "NONE_SINK",

@@ -10,42 +10,42 @@ from contextlib import asynccontextmanager
 import asyncpg
 from fastapi import FastAPI
 
-from ..db.pool import create_pool
-from ..operator.actions import RunActions
-from ..operator.audit import AuditLog
-from ..operator.sessions import UiSessions
-from ..operator.views import OperatorViews
-from ..queue.metrics import QueueMetrics
-from ..queue.run_ages import RunAges
-from ..queue.service import QueueService
-from ..queue.sightings import ClaimSightings
-from ..queue.vacuum import QueueVacuum
-from ..queue.wakeups import OpenRunSignal
-from ..settings import ActivityCoreSettings, SettingsError
-from ..temporal.client import TemporalClientProvider
-from .auth import (
+from activity_core.db.pool import create_pool
+from activity_core.http.auth import (
     Authenticator,
     CredentialsFileError,
     load_operator_credentials,
     load_worker_credentials,
     token_digest,
 )
-from .body_guard import StrictJsonBody
-from .credentials import CredentialTable
-from .error_handlers import install_error_handlers
-from .openapi import install_openapi
-from .request_metrics import RequestMetrics
-from .routes_automation_pause import router as automation_pause_router
-from .routes_automations import router as automations_router
-from .routes_fire import router as fire_router
-from .routes_health import router as health_router
-from .routes_operator import router as operator_router
-from .routes_operator import runs_router as operator_runs_router
-from .routes_queue import router as queue_router
-from .routes_ui import router as ui_router
-from .routes_ui_actions import router as ui_actions_router
-from .routes_ui_runs import router as ui_runs_router
-from .worker_fast_path import WorkerFastPath
+from activity_core.http.body_guard import StrictJsonBody
+from activity_core.http.credentials import CredentialTable
+from activity_core.http.error_handlers import install_error_handlers
+from activity_core.http.openapi import install_openapi
+from activity_core.http.request_metrics import RequestMetrics
+from activity_core.http.routes_automation_pause import router as automation_pause_router
+from activity_core.http.routes_automations import router as automations_router
+from activity_core.http.routes_fire import router as fire_router
+from activity_core.http.routes_health import router as health_router
+from activity_core.http.routes_operator import router as operator_router
+from activity_core.http.routes_operator import runs_router as operator_runs_router
+from activity_core.http.routes_queue import router as queue_router
+from activity_core.http.routes_ui import router as ui_router
+from activity_core.http.routes_ui_actions import router as ui_actions_router
+from activity_core.http.routes_ui_runs import router as ui_runs_router
+from activity_core.http.worker_fast_path import WorkerFastPath
+from activity_core.operator.actions import RunActions
+from activity_core.operator.audit import AuditLog
+from activity_core.operator.sessions import UiSessions
+from activity_core.operator.views import OperatorViews
+from activity_core.queue.metrics import QueueMetrics
+from activity_core.queue.run_ages import RunAges
+from activity_core.queue.service import QueueService
+from activity_core.queue.sightings import ClaimSightings
+from activity_core.queue.vacuum import QueueVacuum
+from activity_core.queue.wakeups import OpenRunSignal
+from activity_core.settings import ActivityCoreSettings, SettingsError
+from activity_core.temporal.client import TemporalClientProvider
 
 log = logging.getLogger("activity_core")
 

@@ -28,9 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from activity_core.queue.errors import QueueRefusal
 from ops_contracts import OperatorRole, RefusalCode
-
-from ..queue.errors import QueueRefusal
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _WORKER_ID = re.compile(r"^[A-Za-z0-9._@:/+-]{1,200}$")

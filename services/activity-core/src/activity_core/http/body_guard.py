@@ -48,11 +48,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from activity_core.http.credentials import credential_refusal
+from activity_core.http.error_handlers import count_refusal, refusal_response
+from activity_core.http.responses import error_response
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
-
-from .credentials import credential_refusal
-from .error_handlers import count_refusal, refusal_response
-from .responses import error_response
 
 __all__ = [
     "MAX_JSON_DEPTH",

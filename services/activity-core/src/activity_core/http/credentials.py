@@ -35,10 +35,10 @@ from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
 from starlette.types import Scope
 
-from ..queue.errors import QueueRefusal
-from .auth import Authenticator, Principal
-from .deps import operator_token_of, worker_token_of
-from .operator_context import audit_role_refusal
+from activity_core.http.auth import Authenticator, Principal
+from activity_core.http.deps import operator_token_of, worker_token_of
+from activity_core.http.operator_context import audit_role_refusal
+from activity_core.queue.errors import QueueRefusal
 
 __all__ = [
     "OPERATOR_CREDENTIAL",

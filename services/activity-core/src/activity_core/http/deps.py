@@ -11,14 +11,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..artefacts.service import ArtefactService
-from ..operator.actions import RunActions
-from ..operator.audit import Actor, AuditLog
-from ..operator.views import OperatorViews
-from ..queue.service import QueueService
-from ..settings import ActivityCoreSettings
-from .auth import Authenticator, bearer_token
-from .operator_context import actor_of
+from activity_core.artefacts.service import ArtefactService
+from activity_core.http.auth import Authenticator, bearer_token
+from activity_core.http.operator_context import actor_of
+from activity_core.operator.actions import RunActions
+from activity_core.operator.audit import Actor, AuditLog
+from activity_core.operator.views import OperatorViews
+from activity_core.queue.service import QueueService
+from activity_core.settings import ActivityCoreSettings
 
 
 async def _queue(request: Request) -> QueueService:

@@ -18,12 +18,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from activity_core.db.unavailable import is_unavailable
+from activity_core.http.responses import error_response
+from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
+from activity_core.temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
-
-from ..db.unavailable import is_unavailable
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from ..temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
-from .responses import error_response
 
 log = logging.getLogger("activity_core.http")
 

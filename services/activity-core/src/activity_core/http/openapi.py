@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
-from .credentials import Credential, credential_of
+from activity_core.http.credentials import Credential, credential_of
 
 __all__ = ["SECURITY_SCHEMES", "install_openapi", "security_requirement"]
 

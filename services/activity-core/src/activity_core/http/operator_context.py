@@ -23,11 +23,10 @@ import uuid
 
 from fastapi import Request
 
+from activity_core.http.auth import Authenticator, Principal
+from activity_core.operator.audit import Actor, AuditLog, audit_target
+from activity_core.queue.errors import QueueRefusal
 from ops_contracts import OperatorRole, RefusalCode
-
-from ..operator.audit import Actor, AuditLog, audit_target
-from ..queue.errors import QueueRefusal
-from .auth import Authenticator, Principal
 
 __all__ = [
     "ACTION_NAMES",

@@ -21,7 +21,7 @@ from fastapi import APIRouter
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..queue.metrics import QueueMetrics
+from activity_core.queue.metrics import QueueMetrics
 
 __all__ = ["UNMATCHED", "RequestMetrics", "route_template"]
 

@@ -19,13 +19,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
+from activity_core.http.deps import Acting, Audit
+from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.operator.audit import audit_target
+from activity_core.temporal.pause import (
+    MAX_REASON_LENGTH,
+    AutomationPauses,
+    AutomationState,
+    ScheduleStatus,
+)
 from ops_contracts import AuditOutcome, ErrorBody
-
-from ..operator.audit import audit_target
-from ..temporal.pause import MAX_REASON_LENGTH, AutomationPauses, AutomationState, ScheduleStatus
-from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
-from .deps import Acting, Audit
-from .operator_context import REQUEST_ID_HEADER, request_id_of
 
 __all__ = ["router"]
 

@@ -11,12 +11,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
+from activity_core.artefacts.models import AutomationIndex, FireDetail, FirePage
+from activity_core.artefacts.service import MAX_PAGE_SIZE
+from activity_core.http.credentials import VIEWER_CREDENTIAL
+from activity_core.http.deps import Artefacts
 from ops_contracts import ErrorBody
-
-from ..artefacts.models import AutomationIndex, FireDetail, FirePage
-from ..artefacts.service import MAX_PAGE_SIZE
-from .credentials import VIEWER_CREDENTIAL
-from .deps import Artefacts
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 

@@ -13,14 +13,13 @@ import asyncpg
 from fastapi import APIRouter, Body, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from activity_core.http.credentials import OPERATOR_CREDENTIAL
+from activity_core.http.deps import Acting, Audit, Settings
+from activity_core.operator.audit import audit_target
+from activity_core.temporal.client import TemporalClientProvider
+from activity_core.temporal.errors import AutomationNotFound, AutomationPaused
+from activity_core.temporal.fire import fire_manual
 from ops_contracts import ErrorBody, RefusalCode, canonical_json
-
-from ..operator.audit import audit_target
-from ..temporal.client import TemporalClientProvider
-from ..temporal.errors import AutomationNotFound, AutomationPaused
-from ..temporal.fire import fire_manual
-from .credentials import OPERATOR_CREDENTIAL
-from .deps import Acting, Audit, Settings
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 

@@ -10,12 +10,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from activity_core.db.migrate import current_version, latest_version
+from activity_core.http.deps import Queue
+from activity_core.http.responses import error_response
+from activity_core.queue.errors import DatabaseUnavailable
 from ops_contracts import ErrorBody, RefusalCode
-
-from ..db.migrate import current_version, latest_version
-from ..queue.errors import DatabaseUnavailable
-from .deps import Queue
-from .responses import error_response
 
 router = APIRouter(tags=["operations"])
 

@@ -19,6 +19,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
+from activity_core.http.deps import Acting, Actions, Audit, Views
+from activity_core.http.instants import Instant
+from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
+from activity_core.operator.audit import MAX_TARGET_LENGTH
+from activity_core.operator.views import MAX_DEAD_LETTER_PAGE
+from activity_core.queue.errors import QueueRefusal
 from ops_contracts import (
     IDEMPOTENCY_KEY_PATTERN,
     REFUSAL_HTTP_STATUS,
@@ -35,15 +43,6 @@ from ops_contracts import (
     RunsSummary,
     WorkersResponse,
 )
-
-from ..operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
-from ..operator.audit import MAX_TARGET_LENGTH
-from ..operator.views import MAX_DEAD_LETTER_PAGE
-from ..queue.errors import QueueRefusal
-from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
-from .deps import Acting, Actions, Audit, Views
-from .instants import Instant
-from .operator_context import REQUEST_ID_HEADER, request_id_of
 
 runs_router = APIRouter(prefix="/ops-runs", tags=["operator"])
 router = APIRouter(prefix="/ops", tags=["operator"])

@@ -16,6 +16,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict
 
+from activity_core.http import worker_ops
+from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL, WORKER_CREDENTIAL
+from activity_core.http.deps import Acting, Actions, Queue, Worker
+from activity_core.http.instants import Instant
+from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.service import ListFilter
 from ops_contracts import (
     ClaimRequest,
     ClaimResponse,
@@ -32,14 +39,6 @@ from ops_contracts import (
     RunState,
     WorkerId,
 )
-
-from ..queue.errors import QueueRefusal
-from ..queue.service import ListFilter
-from . import worker_ops
-from .credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL, WORKER_CREDENTIAL
-from .deps import Acting, Actions, Queue, Worker
-from .instants import Instant
-from .operator_context import REQUEST_ID_HEADER, request_id_of
 
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 

@@ -19,17 +19,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from ops_contracts import AuditOutcome
-
-from ..operator.audit import Actor, AuditLog, AuditRecord
-from ..operator.sessions import UiSessions, credential_binding
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from ..temporal.pause import AutomationPauses
-from ..ui.render import stylesheet
-from .auth import Authenticator, operator_name_ok
-from .deps import Artefacts, Audit
-from .operator_context import request_id_of
-from .ui_guard import (
+from activity_core.http.auth import Authenticator, operator_name_ok
+from activity_core.http.deps import Artefacts, Audit
+from activity_core.http.operator_context import request_id_of
+from activity_core.http.ui_guard import (
     COOKIE_NAME,
     UiCaller,
     UiRefusal,
@@ -39,7 +32,7 @@ from .ui_guard import (
     ui_caller,
     unavailable,
 )
-from .ui_pages import (
+from activity_core.http.ui_pages import (
     answer,
     clear_session_cookie,
     page,
@@ -48,6 +41,12 @@ from .ui_pages import (
     secured,
     set_session_cookie,
 )
+from activity_core.operator.audit import Actor, AuditLog, AuditRecord
+from activity_core.operator.sessions import UiSessions, credential_binding
+from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
+from activity_core.temporal.pause import AutomationPauses
+from activity_core.ui.render import stylesheet
+from ops_contracts import AuditOutcome
 
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 log = logging.getLogger("activity_core.http.ui")

@@ -18,14 +18,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
+from activity_core.http.deps import Actions, Audit, Views
+from activity_core.http.ui_guard import Form, UiCaller, UiRefusal
+from activity_core.http.ui_pages import answer_form, page, redirect
+from activity_core.operator.actions import RequeueResult
+from activity_core.operator.audit import AuditLog, audit_target
+from activity_core.temporal.pause import MAX_REASON_LENGTH, AutomationPauses
 from ops_contracts import MAX_CANCEL_REASON_LENGTH, REFUSAL_HTTP_STATUS, AuditOutcome
-
-from ..operator.actions import RequeueResult
-from ..operator.audit import AuditLog, audit_target
-from ..temporal.pause import MAX_REASON_LENGTH, AutomationPauses
-from .deps import Actions, Audit, Views
-from .ui_guard import Form, UiCaller, UiRefusal
-from .ui_pages import answer_form, page, redirect
 
 __all__ = ["router"]
 

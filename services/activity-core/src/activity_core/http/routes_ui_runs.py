@@ -15,12 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
+from activity_core.http.deps import Audit, Queue, Views
+from activity_core.http.ui_guard import UiCaller
+from activity_core.http.ui_pages import answer, page
+from activity_core.ui.run_filters import parse_run_filters
 from ops_contracts import RunState
-
-from ..ui.run_filters import parse_run_filters
-from .deps import Audit, Queue, Views
-from .ui_guard import UiCaller
-from .ui_pages import answer, page
 
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 

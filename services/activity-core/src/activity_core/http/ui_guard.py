@@ -33,15 +33,14 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from activity_core.http.auth import ANONYMOUS_OPERATOR_NAME, Authenticator
+from activity_core.http.deps import operator_token_of
+from activity_core.http.operator_context import request_id_of
+from activity_core.operator.audit import Actor, AuditLog
+from activity_core.operator.sessions import UiSession, UiSessions, credential_binding
+from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
+from activity_core.settings import ActivityCoreSettings
 from ops_contracts import OperatorRole, RefusalCode
-
-from ..operator.audit import Actor, AuditLog
-from ..operator.sessions import UiSession, UiSessions, credential_binding
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from ..settings import ActivityCoreSettings
-from .auth import ANONYMOUS_OPERATOR_NAME, Authenticator
-from .deps import operator_token_of
-from .operator_context import request_id_of
 
 __all__ = [
     "COOKIE_NAME",

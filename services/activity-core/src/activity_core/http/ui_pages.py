@@ -15,13 +15,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
-from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
-
-from ..operator.sessions import SESSION_LIFETIME
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from ..temporal.errors import TemporalUnavailable
-from ..ui.render import render
-from .ui_guard import (
+from activity_core.http.ui_guard import (
     COOKIE_NAME,
     COOKIE_PATH,
     Form,
@@ -32,6 +26,11 @@ from .ui_guard import (
     ui_caller,
     unavailable,
 )
+from activity_core.operator.sessions import SESSION_LIFETIME
+from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
+from activity_core.temporal.errors import TemporalUnavailable
+from activity_core.ui.render import render
+from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 __all__ = [
     "ANSWERED",

@@ -39,9 +39,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .body_guard import BodyRejected, accepts_json, parse_strict_json, replaying
-from .deps import worker_call
-from .worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
+from activity_core.http.body_guard import BodyRejected, accepts_json, parse_strict_json, replaying
+from activity_core.http.deps import worker_call
+from activity_core.http.worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
 
 _PREFIX = "/ops-runs/"
 _CLAIM_PATH = "/ops-runs/claim"

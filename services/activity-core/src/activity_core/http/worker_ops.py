@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from activity_core.http.deps import WorkerCall
+from activity_core.queue.service import ClaimSpec
 from ops_contracts import (
     ClaimRequest,
     ClaimResponse,
@@ -26,9 +28,6 @@ from ops_contracts import (
     HeartbeatRequest,
     OpsRun,
 )
-
-from ..queue.service import ClaimSpec
-from .deps import WorkerCall
 
 
 async def claim(call: WorkerCall, _: uuid.UUID | None, body: ClaimRequest) -> dict[str, Any]:

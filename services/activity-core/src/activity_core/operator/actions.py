@@ -25,16 +25,20 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.operator import queries
+from activity_core.operator.audit import Actor, AuditLog, AuditRecord, audit_target
+from activity_core.operator.connection import connection
+from activity_core.operator.decisions import (
+    cancel_error,
+    decide_cancel,
+    decide_requeue,
+    successor_key,
+)
+from activity_core.queue import queries as queue_queries
+from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.service import QueueService, project
 from ops_contracts import AuditOutcome, RefusalCode
 from ops_evidence import sanitize_error
-
-from ..queue import queries as queue_queries
-from ..queue.errors import QueueRefusal
-from ..queue.service import QueueService, project
-from . import queries
-from .audit import Actor, AuditLog, AuditRecord, audit_target
-from .connection import connection
-from .decisions import cancel_error, decide_cancel, decide_requeue, successor_key
 
 __all__ = ["RequeueResult", "RunActions"]
 

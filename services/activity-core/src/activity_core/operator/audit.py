@@ -30,13 +30,12 @@ from typing import Any, Union
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.db.unavailable import unavailable_on_loss
+from activity_core.operator import queries
+from activity_core.operator.connection import connection
+from activity_core.queue.errors import QueueRefusal
 from ops_contracts import AuditOutcome, OperatorRole, RefusalCode
 from ops_evidence import sanitize_error
-
-from ..db.unavailable import unavailable_on_loss
-from ..queue.errors import QueueRefusal
-from . import queries
-from .connection import connection
 
 __all__ = ["Actor", "AuditLog", "AuditRecord", "AuditedAction", "audit_target"]
 

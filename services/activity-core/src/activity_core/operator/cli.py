@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from .api_cli import (
+from activity_core.operator.api_cli import (
     DEFAULT_URL,
     EXIT_CREDENTIAL,
     EXIT_OK,

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from ..db.unavailable import pooled
+from activity_core.db.unavailable import pooled
 
 __all__ = ["connection", "snapshot"]
 

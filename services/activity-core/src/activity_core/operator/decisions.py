@@ -16,10 +16,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Protocol
 
+from activity_core.queue.close_decision import Refuse
 from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
-
-from ..queue.close_decision import Refuse
 
 __all__ = [
     "REQUEUABLE_STATES",

@@ -37,9 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from activity_core.operator.workers import ALIVE_SECONDS, filter_matches, worker_state
 from ops_contracts import RunState, WorkerState
-
-from .workers import ALIVE_SECONDS, filter_matches, worker_state
 
 __all__ = [
     "AutomationFacts",

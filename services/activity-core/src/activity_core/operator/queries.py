@@ -9,7 +9,7 @@ runs on the claim path.
 
 from __future__ import annotations
 
-from ..queue.queries import RUN_COLUMNS
+from activity_core.queue.queries import RUN_COLUMNS
 
 __all__ = [
     "AUDIT_INSERT",

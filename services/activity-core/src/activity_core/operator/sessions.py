@@ -31,8 +31,8 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from . import queries
-from .connection import connection
+from activity_core.operator import queries
+from activity_core.operator.connection import connection
 
 __all__ = [
     "LOGIN_LIMIT_PER_CLIENT",

@@ -15,19 +15,26 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.artefacts.projection import compact_evidence_of
+from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.operator import queries
+from activity_core.operator.connection import snapshot
+from activity_core.operator.explain import (
+    AutomationFacts,
+    ExplainFacts,
+    HeldRun,
+    Reason,
+    RunFacts,
+    WorkerFacts,
+    explain,
+)
+from activity_core.operator.workers import worker_state
+from activity_core.queue import queries as queue_queries
+from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.service import definition_id_of
+from activity_core.queue.sightings import ClaimSightings
 from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
-
-from ..artefacts.projection import compact_evidence_of
-from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
-from ..queue import queries as queue_queries
-from ..queue.errors import QueueRefusal
-from ..queue.service import definition_id_of
-from ..queue.sightings import ClaimSightings
-from . import queries
-from .connection import snapshot
-from .explain import AutomationFacts, ExplainFacts, HeldRun, Reason, RunFacts, WorkerFacts, explain
-from .workers import worker_state
 
 __all__ = ["DEFAULT_SUMMARY_WINDOW", "MAX_WORKERS_SHOWN", "OperatorViews"]
 

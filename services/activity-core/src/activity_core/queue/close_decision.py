@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from activity_core.queue.grant_evidence import grant_evidence_problem
 from ops_contracts import TERMINAL_STATES, CloseAction, RefusalCode, RunState
-
-from .grant_evidence import grant_evidence_problem
 
 
 class Row(Protocol):

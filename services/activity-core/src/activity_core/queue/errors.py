@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from ops_contracts import RefusalCode
-
 # Defined with the driver failures it stands for (db/unavailable.py); named here with the
 # queue's other errors, where the routes and the services have always found it.
-from ..db.unavailable import DatabaseUnavailable
+from activity_core.db.unavailable import DatabaseUnavailable
+from ops_contracts import RefusalCode
 
 __all__ = ["DatabaseUnavailable", "QueueRefusal"]
 

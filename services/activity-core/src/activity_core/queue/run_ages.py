@@ -19,9 +19,9 @@ import logging
 
 import asyncpg
 
-from ..db.pool import session_untouched
-from . import queries
-from .metrics import QueueMetrics
+from activity_core.db.pool import session_untouched
+from activity_core.queue import queries
+from activity_core.queue.metrics import QueueMetrics
 
 __all__ = ["REFRESH_EVERY", "RunAges"]
 

@@ -25,6 +25,24 @@ from typing import Any, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.db.unavailable import Unit, run_unit
+from activity_core.queue import queries
+from activity_core.queue.close_decision import (
+    ApplyTerminal,
+    CloseRequest,
+    Reconcile,
+    Refuse,
+    ReopenRun,
+    decide_close,
+    decide_heartbeat,
+    terminal_state_without_row,
+)
+from activity_core.queue.coalesce import Coalescer
+from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.metrics import QueueMetrics
+from activity_core.queue.sightings import ClaimSightings
+from activity_core.queue.wakeups import OpenRunSignal
 from ops_contracts import (
     CloseAction,
     CloseDisposition,
@@ -35,25 +53,6 @@ from ops_contracts import (
     close_intent_digest,
 )
 from ops_evidence import normalize_result, sanitize_error
-
-from ..db.keyset import InvalidCursor, decode_cursor, encode_cursor
-from ..db.unavailable import Unit, run_unit
-from . import queries
-from .close_decision import (
-    ApplyTerminal,
-    CloseRequest,
-    Reconcile,
-    Refuse,
-    ReopenRun,
-    decide_close,
-    decide_heartbeat,
-    terminal_state_without_row,
-)
-from .coalesce import Coalescer
-from .errors import QueueRefusal
-from .metrics import QueueMetrics
-from .sightings import ClaimSightings
-from .wakeups import OpenRunSignal
 
 log = logging.getLogger("activity_core.queue")
 

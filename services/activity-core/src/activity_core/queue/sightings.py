@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from . import queries
+from activity_core.queue import queries
 
 __all__ = ["FLUSH_SECONDS", "ClaimSightings", "Sighting"]
 

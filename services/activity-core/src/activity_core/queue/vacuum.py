@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ..db.pool import session_untouched
-from . import queries
-from .metrics import QueueMetrics
+from activity_core.db.pool import session_untouched
+from activity_core.queue import queries
+from activity_core.queue.metrics import QueueMetrics
 
 log = logging.getLogger("activity_core.vacuum")
 

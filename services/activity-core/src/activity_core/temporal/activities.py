@@ -29,17 +29,15 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ops_evidence import sanitize_error
-
-from ..db.unavailable import is_unavailable
-from ..definitions.model import ActivityDefinitionSpec
-from ..emission.emit import emit_tasks
-from ..emission.errors import EmissionPolicyError, EmissionUnavailable
-from ..emission.fire import FireContext
-from ..emission.publish import SinkUnavailable, give_up, publish_pending
-from ..emission.sink import IssueSink
-from . import queries
-from .payloads import (
+from activity_core.db.unavailable import is_unavailable
+from activity_core.definitions.model import ActivityDefinitionSpec
+from activity_core.emission.emit import emit_tasks
+from activity_core.emission.errors import EmissionPolicyError, EmissionUnavailable
+from activity_core.emission.fire import FireContext
+from activity_core.emission.publish import SinkUnavailable, give_up, publish_pending
+from activity_core.emission.sink import IssueSink
+from activity_core.temporal import queries
+from activity_core.temporal.payloads import (
     EmitInput,
     EmitOutcome,
     FirePolicy,
@@ -50,6 +48,7 @@ from .payloads import (
     SinkGiveUpInput,
     SinkOutcome,
 )
+from ops_evidence import sanitize_error
 
 log = logging.getLogger("activity_core.temporal")
 

@@ -12,9 +12,14 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
-from ..settings import ActivityCoreSettings
-from .dev_server import DEFAULT_PORT, LOCAL_IP, DevServerError, ensure_dev_server
-from .errors import TemporalUnavailable
+from activity_core.settings import ActivityCoreSettings
+from activity_core.temporal.dev_server import (
+    DEFAULT_PORT,
+    LOCAL_IP,
+    DevServerError,
+    ensure_dev_server,
+)
+from activity_core.temporal.errors import TemporalUnavailable
 
 # An RPC answered with one of these means "the server is not there right now".
 _UNREACHABLE_CODES = frozenset(

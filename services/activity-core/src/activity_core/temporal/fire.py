@@ -20,11 +20,16 @@ from typing import Any
 import asyncpg
 from temporalio.service import RPCError
 
-from ..db.unavailable import unavailable_on_loss
-from . import queries
-from .client import TemporalClientProvider, is_unreachable
-from .errors import AutomationNotFound, AutomationPaused, FireNotFound, TemporalUnavailable
-from .payloads import (
+from activity_core.db.unavailable import unavailable_on_loss
+from activity_core.temporal import queries
+from activity_core.temporal.client import TemporalClientProvider, is_unreachable
+from activity_core.temporal.errors import (
+    AutomationNotFound,
+    AutomationPaused,
+    FireNotFound,
+    TemporalUnavailable,
+)
+from activity_core.temporal.payloads import (
     MANUAL_TRIGGER_PREFIX,
     WORKFLOW_NAME,
     RunActivityInput,

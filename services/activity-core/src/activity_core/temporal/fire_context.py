@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from .payloads import RunActivityInput
+from activity_core.temporal.payloads import RunActivityInput
 
 
 def fire_context(params: RunActivityInput, scheduled_for: datetime | None) -> dict[str, Any]:

@@ -37,16 +37,15 @@ from asyncpg.pool import PoolConnectionProxy
 from temporalio.client import Client, ScheduleDescription
 from temporalio.service import RPCError, RPCStatusCode
 
+from activity_core.db.unavailable import is_unavailable
+from activity_core.definitions.queries import SYNC_LOCK_NAMESPACE
+from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
+from activity_core.temporal import pause_queries as queries
+from activity_core.temporal.client import TemporalClientProvider, is_unreachable
+from activity_core.temporal.errors import TemporalUnavailable
+from activity_core.temporal.schedules import schedule_id
 from ops_contracts import RefusalCode
 from ops_evidence import sanitize_error
-
-from ..db.unavailable import is_unavailable
-from ..definitions.queries import SYNC_LOCK_NAMESPACE
-from ..queue.errors import DatabaseUnavailable, QueueRefusal
-from . import pause_queries as queries
-from .client import TemporalClientProvider, is_unreachable
-from .errors import TemporalUnavailable
-from .schedules import schedule_id
 
 __all__ = [
     "MAX_REASON_LENGTH",

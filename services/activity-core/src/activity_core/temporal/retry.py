@@ -16,12 +16,17 @@ from contextlib import AbstractContextManager
 
 import asyncpg
 
-from ..db.pool import create_pool
-from ..queue.errors import DatabaseUnavailable
-from ..settings import ActivityCoreSettings
-from .client import TemporalClientProvider
-from .errors import AutomationNotFound, AutomationPaused, FireNotFound, TemporalUnavailable
-from .fire import FireResult, retry_fire
+from activity_core.db.pool import create_pool
+from activity_core.queue.errors import DatabaseUnavailable
+from activity_core.settings import ActivityCoreSettings
+from activity_core.temporal.client import TemporalClientProvider
+from activity_core.temporal.errors import (
+    AutomationNotFound,
+    AutomationPaused,
+    FireNotFound,
+    TemporalUnavailable,
+)
+from activity_core.temporal.fire import FireResult, retry_fire
 
 
 async def _retry(

@@ -62,10 +62,10 @@ from temporalio.client import (
 from temporalio.converter import default as default_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from ..definitions.model import ActivityDefinitionSpec
-from ..settings import ActivityCoreSettings
-from .client import temporal_client
-from .payloads import SCHEDULED_TRIGGER, WORKFLOW_NAME, RunActivityInput
+from activity_core.definitions.model import ActivityDefinitionSpec
+from activity_core.settings import ActivityCoreSettings
+from activity_core.temporal.client import temporal_client
+from activity_core.temporal.payloads import SCHEDULED_TRIGGER, WORKFLOW_NAME, RunActivityInput
 
 log = logging.getLogger("activity_core.temporal")
 

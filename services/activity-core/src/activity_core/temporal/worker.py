@@ -24,23 +24,22 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
-from ops_runtime.liveness import serve_liveness
-
-from ..db.pool import create_pool
-from ..emission.sink import IssueSink, build_issue_sink
-from ..settings import ActivityCoreSettings, SettingsError
-from .activities import ActivityCoreActivities
-from .client import temporal_client
-from .errors import TemporalUnavailable
-from .payloads import FirePolicy
-from .worker_endpoints import (
+from activity_core.db.pool import create_pool
+from activity_core.emission.sink import IssueSink, build_issue_sink
+from activity_core.settings import ActivityCoreSettings, SettingsError
+from activity_core.temporal.activities import ActivityCoreActivities
+from activity_core.temporal.client import temporal_client
+from activity_core.temporal.errors import TemporalUnavailable
+from activity_core.temporal.payloads import FirePolicy
+from activity_core.temporal.worker_endpoints import (
     LIVENESS_ADDRESS,
     TemporalWorkerEndpoints,
     load_worker_endpoints,
     metrics_runtime,
     parse_bind_address,
 )
-from .workflow import RunActivityWorkflow
+from activity_core.temporal.workflow import RunActivityWorkflow
+from ops_runtime.liveness import serve_liveness
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 

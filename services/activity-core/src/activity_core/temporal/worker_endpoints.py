@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from ..settings import SettingsError
+from activity_core.settings import SettingsError
 
 __all__ = [
     "LIVENESS_ADDRESS",

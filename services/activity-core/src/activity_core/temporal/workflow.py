@@ -44,10 +44,10 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from ..emission.trigger import emit_triggering_event_id
-    from .activities import NON_RETRYABLE_ERROR_TYPES, ActivityCoreActivities
-    from .fire_context import fire_context
-    from .payloads import (
+    from activity_core.emission.trigger import emit_triggering_event_id
+    from activity_core.temporal.activities import NON_RETRYABLE_ERROR_TYPES, ActivityCoreActivities
+    from activity_core.temporal.fire_context import fire_context
+    from activity_core.temporal.payloads import (
         WORKFLOW_NAME,
         EmitInput,
         FirePolicy,

@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 
 from pydantic import TypeAdapter, ValidationError
 
+from activity_core.queue.service import ListFilter
 from ops_contracts import RunState, WorkerId, label_error
-
-from ..queue.service import ListFilter
 
 __all__ = ["DEAD_LETTER_FIELDS", "RUN_FILTER_FIELDS", "RunFilters", "parse_run_filters"]
 
