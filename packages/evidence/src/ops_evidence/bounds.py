@@ -16,6 +16,22 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
+__all__ = [
+    "MAX_COLLECTION_ITEMS",
+    "MAX_DEPTH",
+    "MAX_ENCODED_BYTES",
+    "MAX_ERROR_CHARS",
+    "MAX_IDENTIFIER_CHARS",
+    "MAX_INT",
+    "MAX_KEY_CHARS",
+    "MAX_STRING_CHARS",
+    "MIN_INT",
+    "BoundViolation",
+    "encoded_size",
+    "find_bound_violations",
+    "is_bounded_json",
+]
+
 # A top-level container is depth 1; a container inside it is depth 2.
 MAX_DEPTH = 8
 MAX_COLLECTION_ITEMS = 100

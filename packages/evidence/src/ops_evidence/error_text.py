@@ -6,6 +6,8 @@ import re
 
 from ops_evidence.bounds import MAX_ERROR_CHARS
 
+__all__ = ["INVISIBLE_FORMATTING", "sanitize_error"]
+
 # Every format character (Unicode category Cf: bidi embeddings, overrides and isolates,
 # zero-width joiners and spaces, the BOM, tag characters, ...) and the line and paragraph
 # separators (Zl, Zp) above U+009F, as code point ranges (Unicode 14.0; a test holds the

@@ -25,6 +25,26 @@ from ops_evidence.bounds import (
     encoded_size,
 )
 
+__all__ = [
+    "MAX_LIST_ENCODED_BYTES",
+    "MAX_PATH_CHARS",
+    "MAX_TARGET_REPO_CHARS",
+    "accepted_commit_list",
+    "accepted_path_list",
+    "bounded_list",
+    "complete_list",
+    "git_object_id",
+    "git_object_id_list",
+    "identifier",
+    "identifier_list",
+    "non_negative_int",
+    "non_negative_number",
+    "one_of",
+    "repo_path",
+    "repo_path_list",
+    "target_repo",
+]
+
 MAX_PATH_CHARS = 1024
 MAX_TARGET_REPO_CHARS = 256
 # Encoded bytes (brackets and commas included) one list may take. MAX_COLLECTION_ITEMS

@@ -36,6 +36,20 @@ from ops_evidence.fields import (
     target_repo,
 )
 
+__all__ = [
+    "ACCEPTANCE",
+    "COMPACT_EVIDENCE_KEYS",
+    "EXECUTION_EVIDENCE_KEYS",
+    "EXECUTION_REFS_KEYS",
+    "REPOSITORY_TRANSACTION_KEYS",
+    "RESULT_KEYS",
+    "TOOL_EVENTS_COMPLETENESS",
+    "compact_execution_evidence",
+    "normalize_execution_evidence",
+    "normalize_repository_transaction",
+    "normalize_result",
+]
+
 _Validator = Callable[[object], JsonValue]
 
 TOOL_EVENTS_COMPLETENESS = frozenset({"complete", "partial", "unavailable"})

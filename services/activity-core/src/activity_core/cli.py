@@ -24,6 +24,25 @@ from activity_core.db.migrate import MigrationError, migrate
 from activity_core.logs import configure_logging
 from activity_core.settings import ActivityCoreSettings, SettingsError, load_settings
 
+__all__ = [
+    "COMMANDS",
+    "NO_DATABASE",
+    "NO_TEMPORAL",
+    "OPERATOR_COMMANDS",
+    "TEMPORAL_BRIDGE_MODULE",
+    "CommandError",
+    "build_parser",
+    "cmd_migrate",
+    "cmd_retry_fire",
+    "cmd_serve",
+    "cmd_sync_definitions",
+    "cmd_temporal_worker",
+    "console_main",
+    "database",
+    "main",
+    "require_temporal",
+]
+
 log = logging.getLogger("activity_core.cli")
 
 # temporalio's Rust core; loaded once a command has opened a Temporal client.

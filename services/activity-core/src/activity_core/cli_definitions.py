@@ -31,6 +31,8 @@ from activity_core.definitions.sync import (
 from activity_core.definitions.validate import load_definitions
 from activity_core.settings import ActivityCoreSettings
 
+__all__ = ["PREFIX", "open_schedule_applier", "run_sync_definitions"]
+
 PREFIX = "activity-core"
 
 

@@ -37,6 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "GRACEFUL_SHUTDOWN_SECONDS",
+    "MAX_WORKERS",
+    "WORKER_STOP_SECONDS",
+    "DrainingServer",
+    "Listen",
+    "serve_in_this_process",
+    "serve_with_workers",
+    "uvicorn_config",
+]
+
 # uvicorn waits this long for requests in flight after a shutdown signal; a long-poll claim
 # may hold a request open for up to 20 s, so do not wait for it (the worker simply claims
 # again from another replica).

@@ -12,6 +12,8 @@ import urllib.parse
 from activity_core.settings import absolute_http_base
 from ops_evidence import git_object_id, repo_path, target_repo
 
+__all__ = ["forgejo_file_url", "split_org_repo", "web_base"]
+
 
 def web_base(value: object) -> str | None:
     """An absolute http(s) base URL without credentials, query or fragment; no trailing `/`.

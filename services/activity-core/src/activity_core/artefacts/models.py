@@ -16,6 +16,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ops_contracts import RunState
 
+__all__ = [
+    "Artifact",
+    "AutomationIndex",
+    "AutomationRef",
+    "AutomationSummary",
+    "CompactEvidence",
+    "Fire",
+    "FireDetail",
+    "FireOpsRun",
+    "FirePage",
+    "LastFire",
+    "Schedule",
+    "SinkWrites",
+]
+
 # How an ops run was attributed to a fire (see artefacts/queries.py, FIRE_OPS_RUNS).
 MatchedBy = Literal["run_id", "triggering_event", "contains", "time_window"]
 

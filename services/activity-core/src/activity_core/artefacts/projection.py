@@ -30,6 +30,8 @@ from ops_evidence import (
     target_repo,
 )
 
+__all__ = ["artifacts_of", "compact_evidence_of", "disposition", "project_ops_run"]
+
 
 def disposition(state: RunState, lease_until: datetime | None, now: datetime) -> Disposition:
     if state is RunState.open:

@@ -6,6 +6,8 @@ page of fires and the ops runs joined to them come from one snapshot.
 
 from __future__ import annotations
 
+__all__ = ["AUTOMATIONS", "DEFINITION", "FIRE", "FIRES_PAGE", "FIRE_OPS_RUNS", "FIRE_SINK_WRITES"]
+
 # An automation by its UUID or its slug. $1 uuid (NULL when the reference is not one),
 # $2 slug
 DEFINITION = """

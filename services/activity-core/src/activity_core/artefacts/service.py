@@ -44,6 +44,8 @@ from activity_core.queue.errors import QueueRefusal
 from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
 
+__all__ = ["MAX_OPS_RUNS_PER_FIRE", "MAX_PAGE_SIZE", "OPEN_FIRE_WINDOW_SECONDS", "ArtefactService"]
+
 OPEN_FIRE_WINDOW_SECONDS = 900
 MAX_OPS_RUNS_PER_FIRE = 200
 MAX_PAGE_SIZE = 100

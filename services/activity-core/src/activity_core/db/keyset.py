@@ -11,6 +11,8 @@ import binascii
 import uuid
 from datetime import datetime
 
+__all__ = ["InvalidCursor", "decode_cursor", "encode_cursor"]
+
 
 class InvalidCursor(ValueError):
     """The token was not issued by encode_cursor."""

@@ -14,6 +14,16 @@ from importlib import resources
 
 import asyncpg
 
+__all__ = [
+    "MIGRATION_LOCK_KEY",
+    "Migration",
+    "MigrationError",
+    "bundled_migrations",
+    "current_version",
+    "latest_version",
+    "migrate",
+]
+
 # An arbitrary constant shared by every replica; 'ops-q' in ASCII.
 MIGRATION_LOCK_KEY = 0x6F70732D71
 

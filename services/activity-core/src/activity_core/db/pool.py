@@ -10,6 +10,14 @@ import asyncpg
 
 from ops_contracts import canonical_json
 
+__all__ = [
+    "APPLICATION_NAME",
+    "PoolConnection",
+    "create_pool",
+    "init_connection",
+    "session_untouched",
+]
+
 
 def _encode_json(value: Any) -> str:
     # canonical_json refuses NaN/Infinity, so nothing non-finite ever reaches a jsonb column

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "DEFINITIONS_FOR_SYNC",
+    "INSERT_DEFINITION",
+    "RETIRE_DEFINITION",
+    "SCHEDULES_LOCK",
+    "SCHEDULES_UNLOCK",
+    "SYNC_LOCK",
+    "SYNC_LOCK_NAMESPACE",
+    "UPDATE_DEFINITION",
+]
+
 # Two syncs at once would each read the table, decide, and write: serialize them for the
 # rest of the transaction. Two-key form, so it cannot collide with single-key locks
 # (the migration lock). $1 = SYNC_LOCK_NAMESPACE

@@ -9,6 +9,24 @@ time, each write recorded in a statement of its own.
 
 from __future__ import annotations
 
+__all__ = [
+    "CREATED_AUDIT_EXISTS",
+    "DEFINITION_EXISTS",
+    "EMIT_LOCK_NAMESPACE",
+    "INSERT_AUDIT",
+    "INSERT_OPS_RUN",
+    "LOCK_KEYS",
+    "MARK_FIRE_EMITTED",
+    "RUN_BY_KEY",
+    "SINK_GIVE_UP",
+    "SINK_NOT_YET",
+    "SINK_REFUSED",
+    "SINK_TOTALS",
+    "SINK_WRITES_LEFT",
+    "SINK_WRITES_OF_FIRE",
+    "SINK_WRITTEN",
+]
+
 # Emission refuses a definition that was never synced (ops_runs reference its row).
 DEFINITION_EXISTS = "SELECT EXISTS (SELECT 1 FROM activity_definitions WHERE id = $1)"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+__all__ = ["USER_AGENT", "build_http_client"]
+
 USER_AGENT = "rein-aharness/0.1"
 
 
