@@ -61,6 +61,7 @@ from ops_contracts.operator import (
     WorkerState,
     WorkerView,
 )
+from ops_contracts.params import TEXT_SCHEMA_PATTERN, Instant, Printable, in_utc, text_error
 from ops_contracts.profile_ref import harness_profile_ref_error, parse_harness_profile_ref
 from ops_contracts.queue import (
     Attempt,
@@ -89,6 +90,7 @@ __all__ = [
     "MAX_CANCEL_REASON_LENGTH",
     "REFUSAL_HTTP_STATUS",
     "TERMINAL_STATES",
+    "TEXT_SCHEMA_PATTERN",
     "Attempt",
     "AttributionRefs",
     "AuditEntry",
@@ -117,11 +119,13 @@ __all__ = [
     "GrantFieldError",
     "GrantValidationError",
     "HeartbeatRequest",
+    "Instant",
     "Label",
     "LabelsMode",
     "OldestOpenRun",
     "OperatorRole",
     "OpsRun",
+    "Printable",
     "Priority",
     "RefusalCode",
     "RepositoryGrantV1",
@@ -144,10 +148,12 @@ __all__ = [
     "gateway_result_payload",
     "grant_id",
     "harness_profile_ref_error",
+    "in_utc",
     "label_error",
     "parse_harness_profile_ref",
     "parse_repository_grant",
     "path_allowed",
     "path_pattern_error",
     "repository_path_error",
+    "text_error",
 ]

@@ -7,6 +7,12 @@ the body's worker_id is the authenticated one, and a run id in an /ops-runs path
 live claimed run, so generated bodies reach the queue's decisions and the database instead of
 stopping at authentication or a 404. Both schema-conforming and schema-violating cases run.
 
+The document's `date-time` and `uuid` formats are generated from the edges of
+ac_edges.py (year 1 and 9999 with offsets that leave UTC's range, leap seconds,
+`infinity`, naive times; nil, max, braced, URN and hyphenless UUIDs) as well as from
+ordinary values. test_ac_edge_walk.py puts the same edges, and cursors, into the
+parameters the document does not describe (the ops UI's pages and forms, headers).
+
 (`schemathesis.pytest.from_fixture` would be the usual shape, but its lazy loader reads a
 pytest attribute that pytest 9 removed, so each operation runs its own Hypothesis test.)
 """
@@ -22,8 +28,11 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from requests.structures import CaseInsensitiveDict
 from schemathesis import Case, GenerationMode
+from schemathesis.specs.openapi.formats import unregister_string_format
 
+from ac_edges import timestamps, uuids
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings
@@ -45,6 +54,19 @@ def _operation_labels() -> list[str]:
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
     paths: dict[str, dict[str, Any]] = app.openapi()["paths"]
     return [f"{method.upper()} {path}" for path, item in paths.items() for method in item]
+
+
+@pytest.fixture(autouse=True)
+def edge_formats() -> Iterator[None]:
+    """Edges in every `date-time` and `uuid` the document describes (for this module's
+    tests only: Schemathesis keeps registered formats process-wide)."""
+    schemathesis.openapi.format("date-time", timestamps())
+    schemathesis.openapi.format("uuid", uuids())
+    try:
+        yield
+    finally:
+        unregister_string_format("date-time")
+        unregister_string_format("uuid")
 
 
 @pytest.fixture
@@ -76,15 +98,17 @@ def test_no_generated_request_gets_a_5xx_or_an_undocumented_error_body(
     assert operation is not None, label
     token = WORKER_TOKEN if label in WORKER_OPERATIONS else OPERATOR_TOKEN
 
-    def check(case: Case) -> None:
+    def check(case: Case[Any]) -> None:
         if case.headers:
             # the document's security schemes make Schemathesis generate credentials; the
             # case carries the valid one below instead, so its request gets past them
-            case.headers = {
-                name: value
-                for name, value in case.headers.items()
-                if name.lower() not in CREDENTIAL_HEADERS
-            }
+            case.headers = CaseInsensitiveDict(
+                {
+                    name: value
+                    for name, value in case.headers.items()
+                    if name.lower() not in CREDENTIAL_HEADERS
+                }
+            )
         if isinstance(case.body, dict):
             if isinstance(case.body.get("worker_id"), str):
                 case.body["worker_id"] = WORKER_ID

@@ -11,6 +11,8 @@ import binascii
 import uuid
 from datetime import datetime
 
+from ops_contracts import in_utc
+
 __all__ = ["InvalidCursor", "decode_cursor", "encode_cursor"]
 
 
@@ -27,9 +29,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         at_text, _, ident = base64.urlsafe_b64decode(padded).decode().partition("|")
-        at = datetime.fromisoformat(at_text)
-        if at.tzinfo is None:
-            raise InvalidCursor("naive timestamp")
-        return at, uuid.UUID(ident)
+        # A cursor carries an instant like any other: its UTC value must exist (a crafted
+        # `0001-01-01T00:00:00+14:00` decodes cleanly, and the driver could not send it).
+        return in_utc(datetime.fromisoformat(at_text)), uuid.UUID(ident)
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise InvalidCursor("cursor is not one this API issued") from exc

@@ -13,8 +13,10 @@ parameter — is 415 `unsupported_media_type`: a patch or vendor type promises s
 these endpoints do not have, JSON text is UTF-8 (RFC 8259, section 8.1) and a charset
 that says otherwise is not transcoded. A form (`application/x-www-form-urlencoded`,
 `multipart/form-data`) is handed on unread: the ops UI takes forms and words its own
-refusals. Any other body (no Content-Type, `text/plain`, …) is parsed as below, and the
-route then refuses what is not a JSON object of its model (422).
+refusals. So is every body sent to the ops UI (/ops/ui), whatever its media type: its
+pages take forms only and answer anything else with a page of their own (415), never
+with this API's JSON body. Any other body (no Content-Type, `text/plain`, …) is parsed
+as below, and the route then refuses what is not a JSON object of its model (422).
 
 **Strict JSON.** What Python's json module would accept but JSON or this API does not is
 422 `invalid_request` here, never a 500 and never a silent guess:
@@ -51,6 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from activity_core.http.credentials import credential_refusal
 from activity_core.http.error_handlers import count_refusal, refusal_response
 from activity_core.http.responses import error_response
+from activity_core.http.ui_pages import is_ui_request
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 __all__ = [
@@ -247,7 +250,11 @@ class StrictJsonBody:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in {"POST", "PUT", "PATCH"}:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in {"POST", "PUT", "PATCH"}
+            or is_ui_request(scope)
+        ):
             await self.app(scope, receive, send)
             return
         content_type = None

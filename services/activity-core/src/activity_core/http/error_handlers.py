@@ -5,6 +5,10 @@ DatabaseUnavailable from a unit of work (db/unavailable.py decides what counts a
 unit runs again), or, should a driver failure reach the edge untranslated, as the driver's
 own exception, classified by the same rule. Never a 500: the request may well succeed a
 second later, and the caller should retry it, not report a bug.
+
+A request for a page of the ops UI (/ops/ui) that the framework refuses (its path or
+query not valid, no such page or method) is answered as a page with the same status and
+code (ui_pages.py), never with the JSON API's body.
 """
 
 from __future__ import annotations
@@ -20,11 +24,19 @@ from starlette.responses import Response
 
 from activity_core.db.unavailable import is_unavailable
 from activity_core.http.responses import error_response
+from activity_core.http.ui_guard import UiRefusal
+from activity_core.http.ui_pages import is_ui_request, refusal_page
 from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
 from activity_core.temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
 log = logging.getLogger("activity_core.http")
+
+# The heading of the ops UI's page for a framework refusal (no route, no such method).
+_UI_HEADINGS = {
+    RefusalCode.not_found: "Not found",
+    RefusalCode.method_not_allowed: "Not possible here",
+}
 
 _HTTP_CODES = {
     404: RefusalCode.not_found,
@@ -97,6 +109,11 @@ def install_error_handlers(app: FastAPI) -> None:
         count_refusal(request.app, "invalid_request")
         errors = _field_errors(exc)
         fields = ", ".join(".".join(str(p) for p in e["loc"]) or "body" for e in errors[:5])
+        if is_ui_request(request.scope):
+            refusal = UiRefusal(
+                422, RefusalCode.invalid_request.value, "Invalid request", f"Not valid: {fields}."
+            )
+            return refusal_page(request, refusal)
         response = error_response(422, "invalid_request", f"invalid request: {fields}", errors)
         return _with_request_id(request, response)
 
@@ -144,8 +161,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return response
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = _HTTP_CODES.get(exc.status_code, RefusalCode.http_error)
+        if is_ui_request(request.scope):
+            heading = _UI_HEADINGS.get(code, "Refused")
+            refusal = UiRefusal(exc.status_code, code.value, heading, str(exc.detail))
+            return refusal_page(request, refusal)
         return error_response(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(Exception)

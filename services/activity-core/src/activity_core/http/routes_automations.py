@@ -15,7 +15,7 @@ from activity_core.artefacts.models import AutomationIndex, FireDetail, FirePage
 from activity_core.artefacts.service import MAX_PAGE_SIZE
 from activity_core.http.credentials import VIEWER_CREDENTIAL
 from activity_core.http.deps import Artefacts
-from ops_contracts import ErrorBody
+from ops_contracts import TEXT_SCHEMA_PATTERN, ErrorBody, Printable
 
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
@@ -38,8 +38,10 @@ AutomationId = Annotated[
     Path(
         min_length=1,
         max_length=128,
+        pattern=TEXT_SCHEMA_PATTERN,
         description="the automation's slug (its definition id) or its UUID",
     ),
+    Printable,
 ]
 
 
@@ -84,7 +86,13 @@ async def get_automation_run(
     automation_id: AutomationId,
     run_id: Annotated[
         str,
-        Path(min_length=1, max_length=200, description="the fire's run id, or its UUID"),
+        Path(
+            min_length=1,
+            max_length=200,
+            pattern=TEXT_SCHEMA_PATTERN,
+            description="the fire's run id, or its UUID",
+        ),
+        Printable,
     ],
     artefacts: Artefacts,
 ) -> FireDetail:

@@ -21,7 +21,6 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Audit, Views
-from activity_core.http.instants import Instant
 from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
 from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
 from activity_core.operator.audit import MAX_TARGET_LENGTH
@@ -30,6 +29,7 @@ from activity_core.queue.errors import QueueRefusal
 from ops_contracts import (
     IDEMPOTENCY_KEY_PATTERN,
     REFUSAL_HTTP_STATUS,
+    TEXT_SCHEMA_PATTERN,
     AuditPage,
     CancelRequest,
     CloseDisposition,
@@ -37,7 +37,9 @@ from ops_contracts import (
     DeadLetterPage,
     ErrorBody,
     ExplainResponse,
+    Instant,
     OpsRun,
+    Printable,
     RequeueManyRequest,
     RequeueManyResponse,
     RunsSummary,
@@ -66,9 +68,6 @@ def _errors(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]
     return {s: {"model": ErrorBody, "description": texts[s]} for s in statuses}
 
 
-# PostgreSQL text cannot hold NUL; a filter value with control characters matches nothing.
-_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
-
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -86,9 +85,10 @@ AutomationFilter = Annotated[
     Query(
         min_length=1,
         max_length=128,
-        pattern=_PRINTABLE,
+        pattern=TEXT_SCHEMA_PATTERN,
         description="an automation's slug or UUID (404 when there is none)",
     ),
+    Printable,
 ]
 
 
@@ -316,15 +316,20 @@ async def audit_trail(
         Query(
             min_length=1,
             max_length=MAX_TARGET_LENGTH,
-            pattern=_PRINTABLE,
+            pattern=TEXT_SCHEMA_PATTERN,
             description="e.g. ops_run:<uuid>, automation:<slug>, queue",
         ),
+        Printable,
     ] = None,
     run_id: Annotated[
         uuid.UUID | None, Query(description="shorthand for target=ops_run:<run_id>")
     ] = None,
-    actor: Annotated[str | None, Query(min_length=1, max_length=100, pattern=_PRINTABLE)] = None,
-    action: Annotated[str | None, Query(min_length=1, max_length=100, pattern=_PRINTABLE)] = None,
+    actor: Annotated[
+        str | None, Query(min_length=1, max_length=100, pattern=TEXT_SCHEMA_PATTERN), Printable
+    ] = None,
+    action: Annotated[
+        str | None, Query(min_length=1, max_length=100, pattern=TEXT_SCHEMA_PATTERN), Printable
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 50,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
 ) -> dict[str, Any]:

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict
 from activity_core.http import worker_ops
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL, WORKER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Queue, Worker
-from activity_core.http.instants import Instant
 from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
 from activity_core.queue.errors import QueueRefusal
 from activity_core.queue.service import ListFilter
 from ops_contracts import (
+    TEXT_SCHEMA_PATTERN,
     ClaimRequest,
     ClaimResponse,
     CloseResponse,
@@ -32,8 +32,10 @@ from ops_contracts import (
     ExpireLeasesResponse,
     FailRequest,
     HeartbeatRequest,
+    Instant,
     Label,
     OpsRun,
+    Printable,
     RefusalCode,
     RunPage,
     RunState,
@@ -63,9 +65,6 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 _RUN_ERRORS = _errors(401, 403, 404, 409, 413, 415, 422, 503)
 
-# PostgreSQL text cannot hold NUL; a filter value with control characters can match no run.
-_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
-
 
 class ExpireLeasesRequest(BaseModel):
     """expire-leases takes no fields: an empty body, `{}`, or none at all."""
@@ -86,16 +85,17 @@ async def list_runs(
     label: Annotated[list[Label] | None, Query(max_length=20)] = None,
     activity_definition_id: uuid.UUID | None = None,
     target_repo: Annotated[
-        str | None, Query(min_length=1, max_length=256, pattern=_PRINTABLE)
+        str | None, Query(min_length=1, max_length=256, pattern=TEXT_SCHEMA_PATTERN), Printable
     ] = None,
     automation: Annotated[
         str | None,
         Query(
             min_length=1,
             max_length=128,
-            pattern=_PRINTABLE,
+            pattern=TEXT_SCHEMA_PATTERN,
             description="an automation's slug or UUID (404 when there is none)",
         ),
+        Printable,
     ] = None,
     worker: Annotated[
         WorkerId | None,

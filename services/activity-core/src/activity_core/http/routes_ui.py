@@ -46,7 +46,7 @@ from activity_core.operator.sessions import UiSessions, credential_binding
 from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
 from activity_core.temporal.pause import AutomationPauses
 from activity_core.ui.render import stylesheet
-from ops_contracts import AuditOutcome
+from ops_contracts import AuditOutcome, Printable
 
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 log = logging.getLogger("activity_core.http.ui")
@@ -54,8 +54,9 @@ log = logging.getLogger("activity_core.http.ui")
 REFRESH_SECONDS = 10
 _HOME = "/ops/ui/"
 
-AutomationId = Annotated[str, Path(min_length=1, max_length=128)]
-RunId = Annotated[str, Path(min_length=1, max_length=200)]
+# The JSON API's rule for the same parameters (ops_contracts.params); a refusal is a page.
+AutomationId = Annotated[str, Path(min_length=1, max_length=128), Printable]
+RunId = Annotated[str, Path(min_length=1, max_length=200), Printable]
 
 
 def safe_next(value: str | None) -> str:

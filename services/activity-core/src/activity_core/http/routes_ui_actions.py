@@ -24,7 +24,7 @@ from activity_core.http.ui_pages import answer_form, page, redirect
 from activity_core.operator.actions import RequeueResult
 from activity_core.operator.audit import AuditLog, audit_target
 from activity_core.temporal.pause import MAX_REASON_LENGTH, AutomationPauses
-from ops_contracts import MAX_CANCEL_REASON_LENGTH, REFUSAL_HTTP_STATUS, AuditOutcome
+from ops_contracts import MAX_CANCEL_REASON_LENGTH, REFUSAL_HTTP_STATUS, AuditOutcome, text_error
 
 __all__ = ["router"]
 
@@ -90,7 +90,7 @@ async def requeue_selection(request: Request, actions: Actions, views: Views) ->
             texts = [one]
         elif form.one("matching") == "1":
             automation = (form.one("automation") or "").strip() or None
-            if automation is not None and (len(automation) > 128 or not automation.isprintable()):
+            if automation is not None and text_error(automation, 128) is not None:
                 raise UiRefusal(
                     422, "invalid_request", "Not an automation", "The filter is not valid."
                 )

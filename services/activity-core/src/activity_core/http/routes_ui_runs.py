@@ -19,7 +19,7 @@ from activity_core.http.deps import Audit, Queue, Views
 from activity_core.http.ui_guard import UiCaller
 from activity_core.http.ui_pages import answer, page
 from activity_core.ui.run_filters import parse_run_filters
-from ops_contracts import RunState
+from ops_contracts import RunState, text_error
 
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 
@@ -103,7 +103,7 @@ def _dead_letter_filters(params: dict[str, str]) -> tuple[dict[str, str], dict[s
     values = {k: params[k].strip() for k in ("automation", "requeued") if params.get(k, "").strip()}
     errors: dict[str, str] = {}
     automation = values.get("automation")
-    if automation is not None and (len(automation) > 128 or not automation.isprintable()):
+    if automation is not None and text_error(automation, 128) is not None:
         errors["automation"] = "an automation's id: at most 128 printable characters"
     if values.get("requeued") not in (None, "yes", "no"):
         errors["requeued"] = "yes, no or any"

@@ -1,6 +1,11 @@
 """How every ops UI answer is made: the page around a template, the security headers, the
 session cookie, and the page a refusal gets.
 
+Every answer under /ops/ui is a page, whatever refuses the request: a route's own
+refusal, FastAPI's validation of its path and query (error_handlers.py asks
+`is_ui_request`), or a body that is not a form (the body guard hands /ops/ui on unread;
+the form check words the 415).
+
 Pages never run a script, so the Content-Security-Policy allows none; templates
 autoescape every value. A route hands `answer` a function of the caller that renders its
 page; `answer` finds the caller (ui_guard.py) and turns every refusal into an HTML page
@@ -14,6 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.types import Scope
 
 from activity_core.http.ui_guard import (
     COOKIE_NAME,
@@ -39,6 +45,7 @@ __all__ = [
     "answer_form",
     "as_refusal",
     "clear_session_cookie",
+    "is_ui_request",
     "page",
     "redirect",
     "refusal_page",
@@ -47,6 +54,19 @@ __all__ = [
 ]
 
 log = logging.getLogger("activity_core.http.ui")
+
+# Where the ops UI lives (its routers' prefix, its cookie's path).
+UI_PREFIX = COOKIE_PATH
+
+
+def is_ui_request(scope: Scope) -> bool:
+    """The request is for a page of the ops UI (below the app's root path, if any)."""
+    path: str = scope.get("path", "")
+    root_path: str = scope.get("root_path", "")
+    if root_path and path.startswith(root_path + "/"):
+        path = path[len(root_path) :]
+    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
+
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (

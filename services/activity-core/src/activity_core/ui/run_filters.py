@@ -3,9 +3,9 @@
 The form is the operator's, so a bad value is not a 422 body but a message next to its
 field, and the page shows what it can: every value is checked here, before anything
 reaches the database, with the same rules as the JSON API's query parameters
-(contracts' Label and WorkerId, printable text of bounded length, instants whose UTC
-value exists). A time without a zone is UTC (what a browser's datetime-local field
-sends).
+(contracts' Label and WorkerId, and ops_contracts.params: printable text of bounded
+length, instants whose UTC value exists). A time without a zone is UTC (what a browser's
+datetime-local field sends).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pydantic import TypeAdapter, ValidationError
 
 from activity_core.queue.service import ListFilter
-from ops_contracts import RunState, WorkerId, label_error
+from ops_contracts import RunState, WorkerId, in_utc, label_error, text_error
 
 __all__ = ["DEAD_LETTER_FIELDS", "RUN_FILTER_FIELDS", "RunFilters", "parse_run_filters"]
 
@@ -73,14 +73,6 @@ class RunFilters:
         return bool(self.values)
 
 
-def _printable(value: str, max_length: int) -> str | None:
-    if len(value) > max_length:
-        return f"at most {max_length} characters"
-    if not value.isprintable():  # control, format, surrogate, unassigned code points
-        return "only printable characters"
-    return None
-
-
 def _instant(value: str) -> tuple[datetime | None, str | None]:
     if len(value) > 40:
         return None, "not a time"
@@ -91,8 +83,8 @@ def _instant(value: str) -> tuple[datetime | None, str | None]:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     try:
-        return moment.astimezone(UTC), None
-    except OverflowError:
+        return in_utc(moment), None
+    except ValueError:
         return None, "out of range in UTC"
 
 
@@ -116,10 +108,10 @@ def parse_run_filters(params: Mapping[str, str]) -> RunFilters:
             problem = label_error(value)
             parsed["label"] = value
         elif name == "automation":
-            problem = _printable(value, 128)
+            problem = text_error(value, 128)
             parsed["automation"] = value
         elif name == "target_repo":
-            problem = _printable(value, 256)
+            problem = text_error(value, 256)
             parsed["target_repo"] = value
         elif name == "worker":
             try:
