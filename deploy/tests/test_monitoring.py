@@ -8,7 +8,9 @@ export (read from their own registries and collector, and the Temporal SDK names
 temporal-worker probe test finds on a real worker); every alert has its runbook paragraph
 in deploy/README.md and a promtool unit test; every exported metric is documented with how
 to aggregate it across replicas. The workers' liveness probes must reach the liveness
-endpoints their settings open.
+endpoints their settings open. The API requires the scrape token its ServiceMonitor sends,
+read from a file of the same Secret; the metrics endpoints that take no token are open to
+Prometheus's namespace only.
 
 scripts/validate-deploy checks the same objects against the Prometheus Operator's API and
 runs promtool over the rules.
@@ -17,6 +19,7 @@ runs promtool over the rules.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,9 +32,10 @@ import pytest
 import yaml
 
 from activity_core.queue.metrics import QueueMetrics
+from activity_core.settings import SECRET_VARIABLES, load_settings
 from activity_core.temporal.worker_endpoints import TEMPORAL_SDK_METRICS
 from rein_aharness.outbox import OutboxStore
-from rein_aharness.worker.metrics import OutboxCollector
+from rein_aharness.worker.metrics import WorkerMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 VALIDATE_DEPLOY = REPO / "scripts" / "validate-deploy"
@@ -131,7 +135,7 @@ def _activity_core_families() -> tuple[Any, ...]:
 
 
 def _rein_aharness_families(tmp_path: Path) -> tuple[Any, ...]:
-    return tuple(OutboxCollector(OutboxStore(tmp_path / "close-outbox")).collect())
+    return tuple(WorkerMetrics(OutboxStore(tmp_path / "close-outbox")).registry.collect())
 
 
 @pytest.fixture
@@ -376,3 +380,108 @@ def test_the_workers_probe_the_liveness_endpoint_their_settings_open(kind: str, 
     assert live["timeoutSeconds"] < live["periodSeconds"]
     # a blocked loop cannot act on SIGTERM: no long grace after a failed probe
     assert live["terminationGracePeriodSeconds"] <= 30
+
+
+# -- the scrape credential, and what takes none -------------------------------------------------
+
+METRICS_TOKEN_FILE = "ACTIVITY_CORE_METRICS_TOKEN_FILE"
+
+
+def _mount_of(container: Obj, path: str) -> Obj:
+    (mount,) = [
+        m
+        for m in container.get("volumeMounts", [])
+        if path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    assert isinstance(mount, dict)
+    return mount
+
+
+def test_the_api_requires_the_token_its_service_monitor_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (service_monitor,) = _of_kind("ServiceMonitor")
+    (endpoint,) = service_monitor["spec"]["endpoints"]
+    authorization = endpoint["authorization"]
+    assert authorization["type"] == "Bearer"
+    secret_name, key = authorization["credentials"]["name"], authorization["credentials"]["key"]
+
+    deployment = _one("Deployment", "activity-core")
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container("Deployment", "activity-core")
+    path = _env(container, METRICS_TOKEN_FILE)
+    mount = _mount_of(container, path)
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]
+    # the same Secret and key, one file of it, readable by the container's group only
+    assert secret["secretName"] == secret_name
+    file_name = path.removeprefix(mount["mountPath"].rstrip("/") + "/")
+    assert secret["items"] == [{"key": key, "path": file_name}]
+    assert secret["defaultMode"] in (0o400, 0o440)
+    group = container["securityContext"]["runAsGroup"]
+    assert pod["securityContext"]["fsGroup"] == group
+    # only the API reads it: not its migrate init container, not the Temporal worker
+    for init in pod.get("initContainers", []):
+        assert all(e["name"] != METRICS_TOKEN_FILE for e in init.get("env", []))
+    worker = _container("Deployment", "activity-core-temporal-worker")
+    assert all(e["name"] != METRICS_TOKEN_FILE for e in worker.get("env", []))
+    # without the component the API needs no such Secret: the base does not mount it
+    base = yaml.safe_load(
+        (REPO / "deploy" / "k8s" / "base" / "activity-core-deployment.yaml").read_text()
+    )["spec"]["template"]["spec"]
+    assert all(v.get("secret", {}).get("secretName") != secret_name for v in base["volumes"])
+    assert all(
+        e["name"] != METRICS_TOKEN_FILE for c in base["containers"] for e in c.get("env", [])
+    )
+
+    # the file as the kubelet projects it, read by the service's own settings loader
+    assert METRICS_TOKEN_FILE.removesuffix("_FILE") in SECRET_VARIABLES
+    token = "scrape-token-0123456789abcdef"
+    projected = tmp_path / path.lstrip("/")
+    projected.parent.mkdir(parents=True)
+    projected.write_text(token + "\n", encoding="utf-8")
+    for name in [n for n in os.environ if n.startswith("ACTIVITY_CORE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(METRICS_TOKEN_FILE, str(projected))
+    assert load_settings().metrics_token == token
+
+
+def _selects(selector: Obj, labels: dict[str, str]) -> bool:
+    if not _matches(selector.get("matchLabels", {}), labels):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def _ingress_rules(labels: dict[str, str]) -> list[Obj]:
+    return [
+        rule
+        for policy in _of_kind("NetworkPolicy")
+        if "Ingress" in policy["spec"]["policyTypes"]
+        and _selects(policy["spec"]["podSelector"], labels)
+        for rule in policy["spec"].get("ingress", [])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("StatefulSet", "rein-aharness"), ("Deployment", "activity-core-temporal-worker")],
+)
+def test_metrics_that_take_no_token_are_open_to_prometheus_only(kind: str, name: str) -> None:
+    template = _one(kind, name)["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    metrics, liveness = _named_port(container, "metrics"), _named_port(container, "liveness")
+    assert metrics not in (8080, liveness)
+    rules = _ingress_rules(template["metadata"]["labels"])
+    assert rules, "no policy admits Prometheus"
+    prometheus = [{"namespaceSelector": {"matchLabels": {"ops-queue.io/monitoring": "true"}}}]
+    for rule in rules:
+        # every rule names its ports: none opens the pod whole
+        ports = {p["port"] for p in rule["ports"]}
+        assert liveness not in ports and "liveness" not in ports, rule
+        if metrics in ports or "metrics" in ports:
+            assert rule["from"] == prometheus, rule

@@ -5,6 +5,7 @@ Built by the CLI (or a test) and passed down; nothing reads the environment at i
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import urllib.parse
 from collections.abc import Mapping
@@ -28,6 +29,19 @@ def _default_state_dir() -> Path:
 
 class SettingsError(Exception):
     """A setting has a bad value; the message names the variable."""
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """`host:port` (`[v6]:port` for an IPv6 literal) as (host, port); ValueError otherwise.
+    Port 0 asks the kernel for a free one."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or any(ch.isspace() for ch in host):
+        raise ValueError("must be host:port")
+    if not port.isascii() or not port.isdigit() or int(port) > 65_535:
+        raise ValueError("the port must be a number from 0 to 65535")
+    return host, int(port)
 
 
 def absolute_http_base(value: object) -> str | None:
@@ -64,6 +78,10 @@ class ActivityCoreSettings(BaseSettings):
     worker_credentials_file: Path | None = Field(
         default=None, alias="ACTIVITY_CORE_WORKER_CREDENTIALS_FILE"
     )
+    # The bearer token GET /metrics requires (Prometheus's scrape credential); it opens
+    # nothing else, and no other token opens /metrics. Unset: /metrics is open, and only
+    # the network can keep it from anyone who reaches the API's port (deploy/README.md).
+    metrics_token: str | None = Field(default=None, alias="ACTIVITY_CORE_METRICS_TOKEN")
     # the named operators and viewers (http/auth.py, load_operator_credentials)
     operators_file: Path | None = Field(default=None, alias="ACTIVITY_CORE_OPERATORS_FILE")
     # Where operators' browsers reach the service (e.g. https://ops.example.org): the ops
@@ -122,12 +140,69 @@ class ActivityCoreSettings(BaseSettings):
     sink_retry_window_seconds: int = Field(
         default=86_400, ge=1, le=30 * 86_400, alias="ACTIVITY_CORE_SINK_RETRY_WINDOW_SECONDS"
     )
+    # `activity-core temporal-worker`'s two endpoints (temporal/worker.py); the other
+    # commands ignore them. Each is on a port of its own, not the API's: neither takes a
+    # credential, so the network must restrict them (deploy/README.md, Network policies).
+    # host:port of `GET /livez`, 200 while the worker's event loop runs; unset: none.
+    temporal_worker_liveness_address: str | None = Field(
+        default=None, alias="ACTIVITY_CORE_TEMPORAL_WORKER_LIVENESS_ADDRESS"
+    )
+    # How long the loop may go without running before /livez answers 503.
+    temporal_worker_liveness_max_stall_seconds: float = Field(
+        default=30.0,
+        ge=2,
+        le=3600,
+        allow_inf_nan=False,
+        alias="ACTIVITY_CORE_TEMPORAL_WORKER_LIVENESS_MAX_STALL_SECONDS",
+    )
+    # ip:port where the Temporal SDK serves its Prometheus metrics (`temporal_*`); an IP
+    # literal, the SDK resolves no names; unset: none.
+    temporal_worker_metrics_address: str | None = Field(
+        default=None, alias="ACTIVITY_CORE_TEMPORAL_WORKER_METRICS_ADDRESS"
+    )
 
-    @field_validator("operator_token", "worker_token", "worker_id", "database_url", "public_url")
+    @field_validator(
+        "operator_token",
+        "worker_token",
+        "worker_id",
+        "database_url",
+        "public_url",
+        "metrics_token",
+    )
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             return None
+        return value
+
+    @field_validator(
+        "temporal_worker_liveness_address", "temporal_worker_metrics_address", mode="before"
+    )
+    @classmethod
+    def _blank_address_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("temporal_worker_liveness_address")
+    @classmethod
+    def _liveness_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_bind_address(value)
+        return value
+
+    @field_validator("temporal_worker_metrics_address")
+    @classmethod
+    def _metrics_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, port = parse_bind_address(value)
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError("the host must be an IP address (e.g. 0.0.0.0:9100)") from None
+        if port == 0:
+            raise ValueError("needs a fixed port, the one Prometheus scrapes")
         return value
 
     @field_validator("operators_file", mode="before")
@@ -195,7 +270,7 @@ class ActivityCoreSettings(BaseSettings):
             )
         return base
 
-    @field_validator("operator_token", "worker_token")
+    @field_validator("operator_token", "worker_token", "metrics_token")
     @classmethod
     def _token_strength(cls, value: str | None) -> str | None:
         # A short shared secret is guessable; refuse it at start rather than run weakly.
@@ -207,10 +282,10 @@ class ActivityCoreSettings(BaseSettings):
     def _worker_identity_bound(self) -> ActivityCoreSettings:
         if self.worker_token is not None and self.worker_id is None:
             raise ValueError(
-                "ACTIVITY_CORE_WORKER_ID is required when ACTIVITY_CORE_WORKER_TOKEN is set"
+                "ACTIVITY_CORE_WORKER_ID: required when ACTIVITY_CORE_WORKER_TOKEN is set"
             )
         if self.db_pool_min > self.db_pool_max:
-            raise ValueError("ACTIVITY_CORE_DB_POOL_MIN must not exceed ACTIVITY_CORE_DB_POOL_MAX")
+            raise ValueError("ACTIVITY_CORE_DB_POOL_MIN: must not exceed ACTIVITY_CORE_DB_POOL_MAX")
         return self
 
 
@@ -222,6 +297,7 @@ SECRET_VARIABLES = (
     "ACTIVITY_CORE_DATABASE_URL",
     "ACTIVITY_CORE_OPERATOR_TOKEN",
     "ACTIVITY_CORE_WORKER_TOKEN",
+    "ACTIVITY_CORE_METRICS_TOKEN",
 )
 _MAX_SECRET_FILE_BYTES = 64 * 1024
 
@@ -267,7 +343,11 @@ def load_settings(**overrides: object) -> ActivityCoreSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first.get("loc") or ()
-        name = str(loc[0]) if loc else "settings"
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        if not loc:
+            # a rule across variables (_worker_identity_bound) words its own line
+            raise SettingsError(message) from None
+        name = str(loc[0])
         field = ActivityCoreSettings.model_fields.get(name)
         variable = field.alias if field is not None and field.alias else name
-        raise SettingsError(f"{variable}: {first.get('msg', 'invalid value')}") from None
+        raise SettingsError(f"{variable}: {message}") from None

@@ -14,6 +14,7 @@ from activity_core.db.pool import create_pool
 from activity_core.http.auth import (
     Authenticator,
     CredentialsFileError,
+    MetricsTokenReused,
     load_operator_credentials,
     load_worker_credentials,
     token_digest,
@@ -53,13 +54,16 @@ log = logging.getLogger("activity_core")
 _UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-# The variable a bad operators file is reported under.
+# The variables a bad operators file, and a metrics token that is another's, are
+# reported under.
 OPERATORS_FILE_VARIABLE = "ACTIVITY_CORE_OPERATORS_FILE"
+METRICS_TOKEN_VARIABLE = "ACTIVITY_CORE_METRICS_TOKEN"
 
 
 def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
     """Raises CredentialsFileError for an unreadable or malformed worker credentials
-    file, SettingsError (naming ACTIVITY_CORE_OPERATORS_FILE) for a bad operators file."""
+    file, SettingsError (naming ACTIVITY_CORE_OPERATORS_FILE) for a bad operators file,
+    or naming ACTIVITY_CORE_METRICS_TOKEN when it is an operator's or a worker's token."""
     workers: dict[str, str] = {}
     if settings.worker_credentials_file is not None:
         workers.update(load_worker_credentials(settings.worker_credentials_file))
@@ -73,9 +77,12 @@ def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
             workers=workers,
             allow_unauth=settings.allow_unauth_mutations,
             operators=operators,
+            metrics_token=settings.metrics_token,
         )
     except CredentialsFileError as exc:
         raise SettingsError(f"{OPERATORS_FILE_VARIABLE}: {exc}") from exc
+    except MetricsTokenReused as exc:
+        raise SettingsError(f"{METRICS_TOKEN_VARIABLE}: {exc}") from None
 
 
 async def open_pool(settings: ActivityCoreSettings, dsn: str) -> asyncpg.Pool:

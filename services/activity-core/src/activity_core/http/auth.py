@@ -11,6 +11,9 @@
   Bearer or X-Operator-Token. (The ops UI signs an operator in with name and token and
   keeps a server-side session: ui_guard.py; its cookie opens UI pages only, never the
   JSON API.) Operator-plane credentials never act as a worker identity.
+- Metrics scraper: ACTIVITY_CORE_METRICS_TOKEN, presented as Authorization: Bearer to
+  `GET /metrics` only. It is no principal: it opens nothing else, and no worker or
+  operator token opens /metrics. Unset, /metrics is open (the network must restrict it).
 - No implicit open mode: a kind of credential that is not configured refuses every request,
   unless ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 (local development; the open operator
   plane's caller is then the operator named `anonymous`).
@@ -47,6 +50,10 @@ ANONYMOUS_OPERATOR_NAME = "anonymous"
 class CredentialsFileError(Exception):
     """A credentials file (workers or operators) is unreadable or malformed (message says
     where)."""
+
+
+class MetricsTokenReused(ValueError):
+    """ACTIVITY_CORE_METRICS_TOKEN is also a worker's or an operator's token."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +151,10 @@ class Authenticator:
         workers: dict[str, str],
         allow_unauth: bool,
         operators: dict[str, OperatorCredential] | None = None,
+        metrics_token: str | None = None,
     ) -> None:
         self._operators = dict(operators or {})
+        self._metrics_digest = token_digest(metrics_token) if metrics_token else None
         if operator_token:
             if TOKEN_OPERATOR_NAME in self._operators:
                 raise CredentialsFileError(
@@ -157,6 +166,10 @@ class Authenticator:
             )
         self._workers = dict(workers)
         self._allow_unauth = allow_unauth
+        known = [*self._workers.values(), *(c.digest for c in self._operators.values())]
+        if self._metrics_digest in known:
+            # one secret would then open /metrics and the API alike
+            raise MetricsTokenReused("must differ from every operator's and every worker's token")
 
     @property
     def worker_auth_configured(self) -> bool:
@@ -259,6 +272,17 @@ class Authenticator:
             )
         assert principal.worker_id is not None
         return principal.worker_id
+
+    def require_metrics(self, token: str | None) -> None:
+        """Refuses (401) a scrape of /metrics without the metrics token, when one is
+        configured; any other credential, a worker's or an operator's, is no better than
+        none."""
+        if self._metrics_digest is None:
+            return
+        if not token:
+            raise QueueRefusal(RefusalCode.unauthenticated, "a metrics token is required")
+        if not hmac.compare_digest(token_digest(token), self._metrics_digest):
+            raise QueueRefusal(RefusalCode.unauthenticated, "the presented credential is not valid")
 
     def require_worker(self, token: str | None, body_worker_id: str) -> str:
         """The authenticated worker identity; the body's worker_id must be exactly it."""

@@ -17,6 +17,11 @@ things answer a request before FastAPI does, and both defer to the same declarat
   authenticates the caller before anything the body says is acted on; everything else it
   hands to the body guard and the routes.
 
+`GET /metrics` declares `[METRICS_CREDENTIAL]`: Prometheus's scrape token
+(ACTIVITY_CORE_METRICS_TOKEN, `Authenticator.require_metrics`), when one is configured. It
+is not one of the API's `Credential` kinds: it names no caller, opens no other route, and
+its route is not in the OpenAPI document; and it is no body's concern (a GET).
+
 The worker check here is the credential alone (`Authenticator.authenticate_worker`): that
 the body's `worker_id` is the authenticated identity (`worker_identity_mismatch`) needs a
 valid body, so the operation checks it after the body was validated.
@@ -35,12 +40,13 @@ from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
 from starlette.types import Scope
 
-from activity_core.http.auth import Authenticator, Principal
+from activity_core.http.auth import Authenticator, Principal, bearer_token
 from activity_core.http.deps import operator_token_of, worker_token_of
 from activity_core.http.operator_context import audit_role_refusal
 from activity_core.queue.errors import QueueRefusal
 
 __all__ = [
+    "METRICS_CREDENTIAL",
     "OPERATOR_CREDENTIAL",
     "VIEWER_CREDENTIAL",
     "WORKER_CREDENTIAL",
@@ -88,9 +94,16 @@ async def _operator_credential(request: Request) -> None:
         raise
 
 
+async def _metrics_credential(request: Request) -> None:
+    # a bearer token only: that is what Prometheus sends (its scrape `authorization`)
+    auth: Authenticator = request.app.state.auth
+    auth.require_metrics(bearer_token(request.headers.get("authorization")))
+
+
 WORKER_CREDENTIAL = Depends(_worker_credential)
 VIEWER_CREDENTIAL = Depends(_viewer_credential)
 OPERATOR_CREDENTIAL = Depends(_operator_credential)
+METRICS_CREDENTIAL = Depends(_metrics_credential)
 _KIND_OF_DEPENDENCY = {
     _worker_credential: Credential.worker,
     _viewer_credential: Credential.viewer,

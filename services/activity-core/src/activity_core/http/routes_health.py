@@ -1,4 +1,9 @@
-"""Liveness, readiness and metrics."""
+"""Liveness, readiness and metrics.
+
+/metrics takes ACTIVITY_CORE_METRICS_TOKEN as a bearer token when it is set (401
+`unauthenticated` otherwise; credentials.py, METRICS_CREDENTIAL). Unset, it is open to
+whoever reaches the API's port: deploy/README.md says how to restrict it then.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from activity_core.db.migrate import current_version, latest_version
+from activity_core.http.credentials import METRICS_CREDENTIAL
 from activity_core.http.deps import Queue
 from activity_core.http.responses import error_response
 from activity_core.queue.errors import DatabaseUnavailable
@@ -68,7 +74,7 @@ async def readyz(request: Request) -> Any:
     return {"status": "ready", "schema_version": version}
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, dependencies=[METRICS_CREDENTIAL])
 async def metrics(request: Request, queue: Queue) -> Response:
     registry_owner = request.app.state.metrics
     try:

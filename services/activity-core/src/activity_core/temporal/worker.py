@@ -4,10 +4,10 @@ TEMPORAL_TASK_QUEUE, with a database pool and the configured IssueSink.
 SIGTERM or Ctrl-C stops polling, lets running activities finish (bounded), then closes the
 pool and, if this process started the local dev server, stops it.
 
-Two optional endpoints (worker_endpoints.py): `/livez` for a liveness probe, served from its
-own thread from the moment the event loop starts (`ops_runtime.liveness`), and the Temporal SDK's
-Prometheus metrics, served by the SDK's core from a runtime made the process default
-before any client exists.
+Two optional endpoints (their settings: worker_endpoints.py): `/livez` for a liveness
+probe, served from its own thread from the moment the event loop starts
+(`ops_runtime.liveness`), and the Temporal SDK's Prometheus metrics, served by the SDK's
+core from a runtime made the process default before any client exists.
 """
 
 from __future__ import annotations
@@ -26,18 +26,12 @@ from temporalio.worker import Worker
 
 from activity_core.db.pool import create_pool
 from activity_core.emission.sink import IssueSink, build_issue_sink
-from activity_core.settings import ActivityCoreSettings, SettingsError
+from activity_core.settings import ActivityCoreSettings, SettingsError, parse_bind_address
 from activity_core.temporal.activities import ActivityCoreActivities
 from activity_core.temporal.client import temporal_client
 from activity_core.temporal.errors import TemporalUnavailable
 from activity_core.temporal.payloads import FirePolicy
-from activity_core.temporal.worker_endpoints import (
-    LIVENESS_ADDRESS,
-    TemporalWorkerEndpoints,
-    load_worker_endpoints,
-    metrics_runtime,
-    parse_bind_address,
-)
+from activity_core.temporal.worker_endpoints import LIVENESS_ADDRESS, metrics_runtime
 from activity_core.temporal.workflow import RunActivityWorkflow
 from ops_runtime.liveness import serve_liveness
 
@@ -102,13 +96,13 @@ async def serve_worker(
 
 
 @contextmanager
-def _liveness(endpoints: TemporalWorkerEndpoints) -> Iterator[None]:
+def _liveness(settings: ActivityCoreSettings) -> Iterator[None]:
     """The liveness endpoint for the block, when its address is set; enter it on the loop."""
-    address = endpoints.liveness_address
+    address = settings.temporal_worker_liveness_address
     with ExitStack() as stack:
         if address is not None:
             host, port = parse_bind_address(address)
-            max_stall = endpoints.liveness_max_stall_seconds
+            max_stall = settings.temporal_worker_liveness_max_stall_seconds
             try:
                 stack.enter_context(serve_liveness(host, port, max_stall_seconds=max_stall))
             except OSError as exc:
@@ -123,14 +117,13 @@ async def _main(
     settings: ActivityCoreSettings,
     dsn: str,
     sink: IssueSink,
-    endpoints: TemporalWorkerEndpoints,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
-        with _liveness(endpoints):
+        with _liveness(settings):
             await serve_worker(settings, dsn, sink, stop)
     finally:
         await sink.aclose()
@@ -141,10 +134,10 @@ def run_worker_command(
 ) -> int:
     """The body of the CLI subcommand: 0 after a clean stop, else one line and non-zero.
     The sink and endpoint configuration is checked (and the metrics address bound) before
-    any database or server is started."""
+    any database or server is started (the endpoints' addresses were checked with the
+    settings)."""
     try:
-        endpoints = load_worker_endpoints()
-        runtime = metrics_runtime(endpoints)
+        runtime = metrics_runtime(settings)
         sink = build_issue_sink(settings)
     except SettingsError as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
@@ -155,7 +148,7 @@ def run_worker_command(
         Runtime.set_default(runtime)
     try:
         with database() as dsn:
-            asyncio.run(_main(settings, dsn, sink, endpoints))
+            asyncio.run(_main(settings, dsn, sink))
     except SettingsError as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,6 @@
-"""Render the ops UI templates. Autoescape is always on: every value is text, never markup."""
+"""Render the ops UI templates. Autoescape is always on: every value is text, never markup,
+and every value is shown display-safe (display_text.py: no control, bidi or other
+invisible formatting character reaches a page)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from activity_core.ui.display_text import display_text
 
 _STATE_CLASSES = frozenset(
     {"open", "claimed", "succeeded", "failed", "expired", "started", "emitted"}
@@ -73,6 +77,7 @@ def _environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=display_text,
     )
     env.filters["when"] = _when
     env.filters["iso"] = _iso

@@ -1,13 +1,14 @@
 """Wire the worker from settings, and `rein-aharness run` itself.
 
 `open_worker` builds every component (queue client, outbox, gateway, legacy runner,
-event sink) from one `Settings` and closes them afterwards; tests pass their own
-transports. Before it creates anything it refuses a state directory that lies inside
-the repositories root, or a root inside the state directory (symlinks resolved): the
-outbox and worktrees must live outside target checkouts, and an approach's repository
-must not contain the worker's state. `run_worker` adds what only the process needs: the
-state directory's worker lock, the sweep of worktrees a killed predecessor left, the
-optional metrics and liveness endpoints, and SIGTERM/SIGINT handling.
+event sink, and the one `WorkerMetrics` they all record into) from one `Settings` and
+closes them afterwards; tests pass their own transports. Before it creates anything it
+refuses a state directory that lies inside the repositories root, or a root inside the
+state directory (symlinks resolved): the outbox and worktrees must live outside target
+checkouts, and an approach's repository must not contain the worker's state.
+`run_worker` adds what only the process needs: the state directory's worker lock, the
+sweep of worktrees a killed predecessor left, the optional metrics and liveness
+endpoints, and SIGTERM/SIGINT handling.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
 from rein_aharness.worker.loop import Worker, WorkerConfig
-from rein_aharness.worker.metrics import serve_metrics
+from rein_aharness.worker.metrics import WorkerMetrics, serve_metrics
 from rein_aharness.worker.processor import RunProcessor
 
 __all__ = [
@@ -77,6 +78,7 @@ class WorkerRuntime:
     store: OutboxStore
     state_dir: Path
     worktrees_root: Path
+    metrics: WorkerMetrics
 
 
 def state_dir_for(settings: Settings, environ: Mapping[str, str] | None = None) -> Path:
@@ -150,6 +152,7 @@ async def open_worker(
     check_state_outside_repositories(settings, state_dir)
     # Refuses an untrusted, replaced or emptied outbox (outbox/trust.py, identity.py).
     store = OutboxStore(resolve_outbox_root(state_dir, environ), identity=worker_id)
+    metrics = WorkerMetrics(store)
     worktrees_root = state_dir / WORKTREES_DIR
     token = settings.activity_core_worker_token
 
@@ -221,11 +224,17 @@ async def open_worker(
             worker_id=worker_id,
             lease_seconds=config.lease_seconds,
             allow_unsandboxed=settings.rein_aharness_allow_unsandboxed,
+            metrics=metrics,
         )
         worker = Worker(
-            config=config, client=client, closer=closer, processor=processor, sandbox_gate=gate
+            config=config,
+            client=client,
+            closer=closer,
+            processor=processor,
+            sandbox_gate=gate,
+            metrics=metrics,
         )
-        yield WorkerRuntime(worker, store, state_dir, worktrees_root)
+        yield WorkerRuntime(worker, store, state_dir, worktrees_root, metrics)
     finally:
         with anyio.CancelScope(shield=True):
             await client.aclose()
@@ -281,7 +290,7 @@ async def run_worker(
     ) as runtime:
         with (
             hold_worker_lock(runtime.state_dir),
-            _metrics(settings, runtime.store),
+            _metrics(settings, runtime.metrics),
             _liveness(settings),
         ):
             swept = await sweep_worktrees(runtime.worktrees_root)
@@ -302,14 +311,14 @@ async def run_worker(
 
 
 @contextmanager
-def _metrics(settings: Settings, store: OutboxStore) -> Iterator[None]:
+def _metrics(settings: Settings, metrics: WorkerMetrics) -> Iterator[None]:
     """The metrics endpoint for the block, when REIN_AHARNESS_METRICS_ADDRESS is set."""
     address = settings.rein_aharness_metrics_address
     with ExitStack() as stack:
         if address is not None:
             host, port = parse_bind_address(address)
             try:
-                stack.enter_context(serve_metrics(store, host, port))
+                stack.enter_context(serve_metrics(metrics.registry, host, port))
             except OSError as exc:
                 raise SettingsProblem(
                     f"REIN_AHARNESS_METRICS_ADDRESS: cannot listen on {address}: "

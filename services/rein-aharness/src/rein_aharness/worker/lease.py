@@ -11,7 +11,8 @@ lost when:
 * no heartbeat has succeeded for a whole lease (Activity Core unreachable): the lease
   has ended on the server's side even if it never said so.
 
-Either way the keeper cancels the scope it guards (the execution) and records why. The
+Either way the keeper cancels the scope it guards (the execution) and records why. Each
+heartbeat is counted by its result (ok, failed, refused; metrics.py). The
 worker then closes nothing: a close would be refused, and another worker may already
 hold the run.
 """
@@ -26,6 +27,7 @@ import anyio
 
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.queue_errors import QueueError, QueueRefusedError
+from rein_aharness.worker.metrics import WorkerMetrics
 
 __all__ = ["LeaseKeeper"]
 
@@ -42,6 +44,7 @@ class LeaseKeeper:
         worker_id: str,
         lease_seconds: int,
         clock: Callable[[], float] = time.monotonic,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._client = client
         self._run_id = run_id
@@ -49,6 +52,7 @@ class LeaseKeeper:
         self._worker_id = worker_id
         self._lease = lease_seconds
         self._clock = clock
+        self._metrics = metrics or WorkerMetrics()
         self.interval = lease_seconds / 3
         self.lost: str | None = None
         self.beats = 0
@@ -65,9 +69,11 @@ class LeaseKeeper:
                     self._run_id, self._worker_id, lease_seconds=self._lease, attempt=self._attempt
                 )
             except QueueRefusedError as exc:
+                self._metrics.heartbeat("refused")
                 self._lose(guarded, f"heartbeat refused: {exc.code or exc.status}")
                 return
             except QueueError as exc:
+                self._metrics.heartbeat("failed")
                 if self._clock() >= self._deadline:
                     self._lose(guarded, f"no heartbeat succeeded for a whole lease ({exc})")
                     return
@@ -76,6 +82,7 @@ class LeaseKeeper:
                     extra={"run_id": self._run_id, "error": type(exc).__name__},
                 )
                 continue
+            self._metrics.heartbeat("ok")
             self.beats += 1
             self._deadline = sent_at + self._lease
 

@@ -21,6 +21,9 @@ Each turn:
    execution is cancelled, its worktree removed, nothing is closed and the lease
    expires. A close that has begun is never cut short.
 
+Every claim request and every turn that claims nothing on purpose (steps 1 and 2) is
+counted (metrics.py), and so is a run abandoned at shutdown.
+
 Transport errors and 5xx from Activity Core are retried inside the queue client
 (bounded, jittered); the loop adds a back-off between turns. Conclusive refusals are
 never retried; a claim refused as invalid (a configuration problem) ends the worker.
@@ -45,6 +48,7 @@ from rein_aharness.adapters.queue_errors import (
 from rein_aharness.outbox import ReplayReport
 from rein_aharness.sandbox import SandboxGate
 from rein_aharness.worker.closer import Closer
+from rein_aharness.worker.metrics import WorkerMetrics
 from rein_aharness.worker.processor import RunProcessor, RunReport
 
 __all__ = ["Worker", "WorkerConfig"]
@@ -74,8 +78,10 @@ class Worker:
         closer: Closer,
         processor: RunProcessor,
         sandbox_gate: SandboxGate | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._metrics = metrics or WorkerMetrics()
         self._gate = sandbox_gate
         self._client = client
         self._closer = closer
@@ -90,11 +96,13 @@ class Worker:
                 return
             if replay.stopped_early:
                 log.warning(_why_stopped(replay))
+                self._metrics.turn_skipped("replay_stopped")
                 if once:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)
                 continue
             if self._gate is not None and not await self._gate.ready():
+                self._metrics.turn_skipped("sandbox_unavailable")
                 if once:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)
@@ -103,12 +111,14 @@ class Worker:
                 runs = await _until(stop, self._claim)
             except (QueueTransientError, QueueAuthError, QueueProtocolError) as exc:
                 log.warning("claim failed: %s", exc)
+                self._metrics.claim("error")
                 if once:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)
                 continue
             if runs is None:
                 return
+            self._metrics.claim("claimed" if runs else "empty")
             if runs:
                 self.reports.append(await self._process(runs[0], stop))
             if once:
@@ -157,6 +167,7 @@ class Worker:
             raise failure[0]
         if box:
             return box[0]
+        self._metrics.run_ended("abandoned")
         return RunReport(str(run.id), "abandoned", None, lease_lost="abandoned at shutdown")
 
 

@@ -1,44 +1,241 @@
-"""The worker's optional Prometheus endpoint: `REIN_AHARNESS_METRICS_ADDRESS=host:port`.
+"""The worker's Prometheus metrics, in one registry it owns, and the optional endpoint
+that serves them: `REIN_AHARNESS_METRICS_ADDRESS=host:port`.
 
-Every gauge is read from the close outbox when scraped (one `snapshot`, under the store's
-shared lock), so it says what `close-outbox status` says at that moment:
+Every name starts `ops_worker_` (activity-core's start `ops_runs` / `ops_run` / `ops_http`).
+Labels take only the values listed here, never a run id, so each pod exports a fixed,
+small set of series; every counter is exported at 0 from the start for each of them, so
+rate() and increase() see a run's first occurrence too.
 
-    rein_aharness_close_outbox_pending                    entries waiting for delivery
-    rein_aharness_close_outbox_oldest_pending_age_seconds how long the oldest of them has
-                                                          waited (0: none pending)
-    rein_aharness_close_outbox_quarantined{reason="..."}  quarantined material by reason
-                                                          (foreign_worker_identity,
-                                                          conclusive_refusal, ...)
-    rein_aharness_close_outbox_delivered                  delivered records kept
-    rein_aharness_close_outbox_readable                   1; 0 when the outbox could not
-                                                          be read (then the others are
-                                                          absent)
+Recorded as the worker works (loop.py, processor.py, lease.py):
 
-Each worker pod has an outbox of its own, so across pods the counts add up (sum) and the
-age is the largest one (max); deploy/README.md lists every metric with its aggregation.
+    ops_worker_claims_total{result}           claim requests: claimed (a run), empty,
+                                              error (refused or unreachable)
+    ops_worker_turns_skipped_total{reason}    turns that claimed nothing on purpose:
+                                              replay_stopped (pending closes could not
+                                              be delivered), sandbox_unavailable
+    ops_worker_runs_total{outcome}            claimed runs by how they ended (RUN_OUTCOMES)
+    ops_worker_execution_failures_total{reason}  why a run was failed or refused
+                                              (FAILURE_REASONS)
+    ops_worker_closes_total{path, result}     each run's own close: the disposition when
+                                              delivered, else where it stands (CLOSE_RESULTS)
+    ops_worker_heartbeats_total{result}       ok, failed (will retry), refused
+    ops_worker_execution_duration_seconds{selection}  histogram, profiled or legacy
+    ops_worker_close_duration_seconds{path}   histogram, outbox or direct
+
+Read from the close outbox at each scrape (one `snapshot`, under the store's shared
+lock), so they say what `close-outbox status` says at that moment:
+
+    ops_worker_close_outbox_pending                    entries waiting for delivery
+    ops_worker_close_outbox_oldest_pending_age_seconds how long the oldest of them has
+                                                       waited (0: none pending)
+    ops_worker_close_outbox_quarantined{reason="..."}  quarantined material by reason
+                                                       (foreign_worker_identity,
+                                                       conclusive_refusal, ...)
+    ops_worker_close_outbox_delivered                  delivered records kept
+    ops_worker_close_outbox_readable                   1; 0 when the outbox could not
+                                                       be read (then the others are
+                                                       absent)
+
+Each worker pod counts its own runs and has an outbox of its own, so across pods the
+counters, histograms and outbox counts add up (sum) and the age is the largest one (max);
+deploy/README.md lists every metric with its aggregation.
 
 prometheus_client's own HTTP server answers `/metrics` from a daemon thread; `run`
-stops it when it ends. Unset: no endpoint, no thread.
+stops it when it ends. Unset: no endpoint, no thread (the counters still count).
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Final, Literal
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore
 
-__all__ = ["OutboxCollector", "oldest_pending_age", "serve_metrics"]
+__all__ = [
+    "CLAIM_RESULTS",
+    "CLOSE_RESULTS",
+    "FAILURE_REASONS",
+    "HEARTBEAT_RESULTS",
+    "RUN_OUTCOMES",
+    "SKIP_REASONS",
+    "OutboxCollector",
+    "WorkerMetrics",
+    "oldest_pending_age",
+    "serve_metrics",
+]
 
 log = logging.getLogger(__name__)
 
-_PREFIX = "rein_aharness_close_outbox"
+_OUTBOX = "ops_worker_close_outbox"
+
+ClaimResult = Literal["claimed", "empty", "error"]
+CLAIM_RESULTS: Final = ("claimed", "empty", "error")
+
+SkipReason = Literal["replay_stopped", "sandbox_unavailable"]
+SKIP_REASONS: Final = ("replay_stopped", "sandbox_unavailable")
+
+# completed: closed as complete; failed: closed as fail, not to be retried;
+# failed_reopen: closed as fail asking the queue to reopen it (below its attempt ceiling
+# it is claimed again); refused: failed before anything ran (profile, grant, sandbox
+# kind); lease_lost: the lease ended during execution, nothing closed; abandoned: cut
+# short at shutdown, nothing closed.
+RunOutcome = Literal["completed", "failed", "failed_reopen", "refused", "lease_lost", "abandoned"]
+RUN_OUTCOMES: Final = ("completed", "failed", "failed_reopen", "refused", "lease_lost", "abandoned")
+
+# processor.py maps selection refusals and each gateway error class onto one of these.
+FailureReason = Literal[
+    "refused_before_execution",
+    "gateway_refused",
+    "sandbox_failed",
+    "work_rejected",
+    "approach_failed",
+    "approach_timed_out",
+    "gateway_unavailable",
+    "gateway_protocol_error",
+    "glas_outcome",
+    "internal_error",
+]
+FAILURE_REASONS: Final = (
+    "refused_before_execution",
+    "gateway_refused",
+    "sandbox_failed",
+    "work_rejected",
+    "approach_failed",
+    "approach_timed_out",
+    "gateway_unavailable",
+    "gateway_protocol_error",
+    "glas_outcome",
+    "internal_error",
+)
+
+# Per close path, the results it can have (closer.py, CloseReport): a delivered close by
+# its disposition; an outboxed one may stay pending, be quarantined or conflict with the
+# attempt's entry; a direct one may be refused or lost.
+_DISPOSITIONS = ("applied", "reconciled", "reopened")
+CLOSE_RESULTS: Final = {
+    "outbox": (*_DISPOSITIONS, "pending", "quarantined", "conflict"),
+    "direct": (*_DISPOSITIONS, "refused", "lost"),
+}
+
+HeartbeatResult = Literal["ok", "failed", "refused"]
+HEARTBEAT_RESULTS: Final = ("ok", "failed", "refused")
+
+SELECTIONS: Final = ("profiled", "legacy")
+
+# An execution runs from seconds (a brief) to the lease-kept hour of a long command.
+_EXECUTION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+# A close is an fsync'd enqueue and one HTTP request, or bounded retries of it.
+_CLOSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class WorkerMetrics:
+    """One worker's metrics. Components take it as an argument; `open_worker` builds the
+    one the endpoint serves, with the outbox gauges when it is given the store."""
+
+    def __init__(self, store: OutboxStore | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        if store is not None:
+            self.registry.register(OutboxCollector(store))
+        self._claims = Counter(
+            "ops_worker_claims",
+            "claim requests by result: claimed (a run), empty, error",
+            ["result"],
+            registry=self.registry,
+        )
+        self._skipped = Counter(
+            "ops_worker_turns_skipped",
+            "loop turns that claimed nothing on purpose, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._runs = Counter(
+            "ops_worker_runs",
+            "claimed runs by how they ended",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._failures = Counter(
+            "ops_worker_execution_failures",
+            "runs failed or refused, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._closes = Counter(
+            "ops_worker_closes",
+            "runs' closes by path and result (the disposition when delivered)",
+            ["path", "result"],
+            registry=self.registry,
+        )
+        self._heartbeats = Counter(
+            "ops_worker_heartbeats",
+            "heartbeats by result: ok, failed (will retry), refused (the lease is lost)",
+            ["result"],
+            registry=self.registry,
+        )
+        self._execution = Histogram(
+            "ops_worker_execution_duration_seconds",
+            "seconds a run's execution took, by selection (profiled, legacy)",
+            ["selection"],
+            buckets=_EXECUTION_BUCKETS,
+            registry=self.registry,
+        )
+        self._close = Histogram(
+            "ops_worker_close_duration_seconds",
+            "seconds a run's close took (enqueue and delivery), by path (outbox, direct)",
+            ["path"],
+            buckets=_CLOSE_BUCKETS,
+            registry=self.registry,
+        )
+        for result in CLAIM_RESULTS:
+            self._claims.labels(result=result)
+        for reason in SKIP_REASONS:
+            self._skipped.labels(reason=reason)
+        for outcome in RUN_OUTCOMES:
+            self._runs.labels(outcome=outcome)
+        for reason in FAILURE_REASONS:
+            self._failures.labels(reason=reason)
+        for path, results in CLOSE_RESULTS.items():
+            for close_result in results:
+                self._closes.labels(path=path, result=close_result)
+            self._close.labels(path=path)
+        for heartbeat in HEARTBEAT_RESULTS:
+            self._heartbeats.labels(result=heartbeat)
+        for selection in SELECTIONS:
+            self._execution.labels(selection=selection)
+
+    def claim(self, result: ClaimResult) -> None:
+        self._claims.labels(result=result).inc()
+
+    def turn_skipped(self, reason: SkipReason) -> None:
+        self._skipped.labels(reason=reason).inc()
+
+    def run_ended(self, outcome: RunOutcome) -> None:
+        self._runs.labels(outcome=outcome).inc()
+
+    def execution_failed(self, reason: FailureReason) -> None:
+        self._failures.labels(reason=reason).inc()
+
+    def heartbeat(self, result: HeartbeatResult) -> None:
+        self._heartbeats.labels(result=result).inc()
+
+    def executed(self, selection: Literal["profiled", "legacy"], seconds: float) -> None:
+        self._execution.labels(selection=selection).observe(seconds)
+
+    def closed(self, path: str, result: str, seconds: float) -> None:
+        """One run's close. A result outside its path's list would be a new series per
+        value; it is counted as `other` instead (and says a list here is behind)."""
+        known = CLOSE_RESULTS.get(path)
+        if known is None:
+            return
+        self._closes.labels(path=path, result=result if result in known else "other").inc()
+        self._close.labels(path=path).observe(seconds)
 
 
 class OutboxCollector(Collector):
@@ -47,7 +244,7 @@ class OutboxCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         readable = GaugeMetricFamily(
-            f"{_PREFIX}_readable", "1 when the close outbox could be read at this scrape"
+            f"{_OUTBOX}_readable", "1 when the close outbox could be read at this scrape"
         )
         try:
             snapshot = self._store.snapshot()
@@ -59,26 +256,26 @@ class OutboxCollector(Collector):
         readable.add_metric([], 1)
         yield readable
         yield GaugeMetricFamily(
-            f"{_PREFIX}_pending",
+            f"{_OUTBOX}_pending",
             "close outbox entries waiting for delivery",
             value=len(snapshot.pending),
         )
         yield GaugeMetricFamily(
-            f"{_PREFIX}_oldest_pending_age_seconds",
+            f"{_OUTBOX}_oldest_pending_age_seconds",
             "seconds the oldest close outbox entry waiting for delivery has waited (0: none)",
             value=oldest_pending_age(snapshot),
         )
         quarantined = GaugeMetricFamily(
-            f"{_PREFIX}_quarantined",
+            f"{_OUTBOX}_quarantined",
             "quarantined close outbox material by reason (an operator must inspect it)",
             labels=["reason"],
         )
-        reasons = Counter(entry.reason or "missing_reason" for entry in snapshot.quarantined)
+        reasons = Tally(entry.reason or "missing_reason" for entry in snapshot.quarantined)
         for reason, count in sorted(reasons.items()):
             quarantined.add_metric([reason], count)
         yield quarantined
         yield GaugeMetricFamily(
-            f"{_PREFIX}_delivered",
+            f"{_OUTBOX}_delivered",
             "delivered close outbox records kept by retention",
             value=snapshot.delivered_count,
         )
@@ -95,10 +292,9 @@ def oldest_pending_age(snapshot: OutboxSnapshot) -> float:
 
 
 @contextmanager
-def serve_metrics(store: OutboxStore, host: str, port: int) -> Iterator[tuple[str, int]]:
-    """Serve `/metrics` on host:port until the block ends; yields the bound address."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(OutboxCollector(store))
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[tuple[str, int]]:
+    """Serve `registry` at `/metrics` on host:port until the block ends; yields the bound
+    address."""
     server, thread = start_http_server(port, addr=host, registry=registry)
     bound = server.server_address
     address = (str(bound[0]), int(bound[1]))

@@ -8,20 +8,37 @@
 3. The close is decided (decisions.py) and delivered (closer.py), shielded from
    cancellation: once execution has finished, its close is always at least durably
    enqueued, even during shutdown.
+
+Each run is counted once here (metrics.py): its outcome, why it failed (a refusal, or
+the class of the gateway error, `_FAILURE_REASONS`), how long its execution and its
+close took, and what became of the close.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import anyio
 
-from ops_contracts import GatewayResult, OpsRun
+from ops_contracts import CloseAction, GatewayResult, OpsRun
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
-from rein_aharness.gateway import GatewayError, GlasGateway, QueuedRequest, transaction_id_for
+from rein_aharness.gateway import (
+    ApproachFailed,
+    ApproachTimedOut,
+    GatewayError,
+    GatewayProtocolError,
+    GatewayRefused,
+    GatewayUnavailable,
+    GlasGateway,
+    QueuedRequest,
+    SandboxFailed,
+    WorkRejected,
+    transaction_id_for,
+)
 from rein_aharness.profiles import (
     ClosePath,
     Legacy,
@@ -40,12 +57,25 @@ from rein_aharness.worker.decisions import (
 )
 from rein_aharness.worker.lease import LeaseKeeper
 from rein_aharness.worker.legacy import LegacyRunner
+from rein_aharness.worker.metrics import FailureReason, RunOutcome, WorkerMetrics
 
 __all__ = ["RunProcessor", "RunReport"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Most specific first: ApproachTimedOut is an ApproachFailed. A bare GatewayError is the
+# processor's own wrapping of an unexpected exception (`_leased`).
+_FAILURE_REASONS: tuple[tuple[type[GatewayError], FailureReason], ...] = (
+    (ApproachTimedOut, "approach_timed_out"),
+    (ApproachFailed, "approach_failed"),
+    (SandboxFailed, "sandbox_failed"),
+    (WorkRejected, "work_rejected"),
+    (GatewayRefused, "gateway_refused"),
+    (GatewayUnavailable, "gateway_unavailable"),
+    (GatewayProtocolError, "gateway_protocol_error"),
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +104,8 @@ class RunProcessor:
         worker_id: str,
         lease_seconds: int,
         allow_unsandboxed: bool = False,
+        metrics: WorkerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._catalogue = catalogue
@@ -83,6 +115,8 @@ class RunProcessor:
         self._worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._allow_unsandboxed = allow_unsandboxed
+        self._metrics = metrics or WorkerMetrics()
+        self._clock = clock
 
     async def process(self, run: OpsRun) -> RunReport:
         run_id = str(run.id)
@@ -93,30 +127,46 @@ class RunProcessor:
             log.info(
                 "run refused before execution", extra={"run_id": run_id, "reason": selection.reason}
             )
+            self._metrics.execution_failed("refused_before_execution")
+            self._metrics.run_ended("refused")
             close = await self._close(run, selection.close_path, refusal(selection.reason))
             return RunReport(run_id, "refused", close)
 
         if isinstance(selection, Profiled):
             request = QueuedRequest(run, selection.profile, selection.grant, selection.sandbox)
-            executed, lost = await self._leased(run, lambda: self._gateway.execute(request))
+            executed, lost = await self._leased(
+                run, "profiled", lambda: self._gateway.execute(request)
+            )
             if lost is not None:
+                self._metrics.run_ended("lease_lost")
                 return RunReport(run_id, "profiled", None, lease_lost=lost)
+            if executed.error is not None:
+                self._metrics.execution_failed(_failure_reason(executed.error))
+            elif executed.value is not None and not executed.value.ok:
+                self._metrics.execution_failed("glas_outcome")
             decision = _profiled_decision(executed)
+            self._metrics.run_ended(_outcome_of(decision))
             return RunReport(run_id, "profiled", await self._close(run, ClosePath.outbox, decision))
 
         assert isinstance(selection, Legacy)
         legacy: Legacy = selection
-        executed_legacy, lost = await self._leased(run, lambda: self._legacy.execute(run, legacy))
+        executed_legacy, lost = await self._leased(
+            run, "legacy", lambda: self._legacy.execute(run, legacy)
+        )
         if lost is not None:
+            self._metrics.run_ended("lease_lost")
             return RunReport(run_id, "legacy", None, lease_lost=lost)
         if executed_legacy.error is not None:
+            self._metrics.execution_failed(_failure_reason(executed_legacy.error))
             decision = decision_for_error(executed_legacy.error)
         else:
             assert executed_legacy.value is not None
             decision = complete_with(executed_legacy.value)
+        self._metrics.run_ended(_outcome_of(decision))
         return RunReport(run_id, "legacy", await self._close(run, ClosePath.direct, decision))
 
     async def _close(self, run: OpsRun, path: ClosePath, decision: CloseDecision) -> CloseReport:
+        started = self._clock()
         with anyio.CancelScope(shield=True):
             if path is ClosePath.direct:
                 report = await self._closer.close_directly(run, decision)
@@ -124,6 +174,8 @@ class RunProcessor:
                 report = await self._closer.close_through_outbox(
                     run, transaction_id_for(run), decision
                 )
+            result = report.disposition.value if report.disposition else report.state
+            self._metrics.closed(report.path, result, self._clock() - started)
         log.info(
             "run closed",
             extra={
@@ -137,7 +189,10 @@ class RunProcessor:
         return report
 
     async def _leased(
-        self, run: OpsRun, work: Callable[[], Awaitable[T]]
+        self,
+        run: OpsRun,
+        selection: Literal["profiled", "legacy"],
+        work: Callable[[], Awaitable[T]],
     ) -> tuple[_Executed[T], str | None]:
         """Run `work` while heartbeating; (its outcome, None) or (empty, why the lease was lost)."""
         keeper = LeaseKeeper(
@@ -146,7 +201,9 @@ class RunProcessor:
             attempt=run.attempt,
             worker_id=self._worker_id,
             lease_seconds=self._lease_seconds,
+            metrics=self._metrics,
         )
+        started = self._clock()
         box: list[_Executed[T]] = []
         with anyio.CancelScope() as guarded:
             async with anyio.create_task_group() as tasks:
@@ -173,10 +230,24 @@ class RunProcessor:
 
                 tasks.start_soon(keeper.keep, guarded)
                 tasks.start_soon(execute)
+        self._metrics.executed(selection, self._clock() - started)
         if keeper.lost is not None:
             return _Executed(), keeper.lost
         assert box, "execution ended without an outcome"
         return box[0], None
+
+
+def _failure_reason(error: GatewayError) -> FailureReason:
+    for kind, reason in _FAILURE_REASONS:
+        if isinstance(error, kind):
+            return reason
+    return "internal_error"
+
+
+def _outcome_of(decision: CloseDecision) -> RunOutcome:
+    if decision.action is CloseAction.complete:
+        return "completed"
+    return "failed_reopen" if decision.reopen else "failed"
 
 
 def _profiled_decision(executed: _Executed[GatewayResult]) -> CloseDecision:
