@@ -1,0 +1,99 @@
+"""Scratch resources (the database, the API server's process), released even on Ctrl-C.
+
+The async cleanup releases each one where it was made; `final_cleanup`, after the event
+loop, removes whatever that could not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import sys
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import asyncpg
+
+__all__ = [
+    "LEFTOVERS",
+    "Leftovers",
+    "drop_database",
+    "final_cleanup",
+    "scratch_database",
+    "sigint_ignored",
+    "with_database",
+]
+
+
+@dataclass
+class Leftovers:
+    """What this process created and must remove; checked again after the event loop."""
+
+    server_dsn: str | None = None
+    databases: set[str] = field(default_factory=set)
+    pids: set[int] = field(default_factory=set)
+
+
+LEFTOVERS = Leftovers()
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Cleanup must finish: a second Ctrl-C during it would leave the database behind."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+async def drop_database(server_dsn: str, name: str) -> None:
+    admin = await asyncpg.connect(server_dsn, timeout=10)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+    LEFTOVERS.databases.discard(name)
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(server_dsn: str) -> AsyncIterator[str]:
+    name = f"bench_{secrets.token_hex(6)}"
+    admin = await asyncpg.connect(server_dsn, timeout=10)
+    try:
+        LEFTOVERS.databases.add(name)
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield with_database(server_dsn, name)
+    finally:
+        with sigint_ignored():
+            print(f"· dropping scratch database {name}", flush=True)
+            await drop_database(server_dsn, name)
+
+
+def final_cleanup() -> None:
+    """After the event loop: whatever the async cleanup could not remove."""
+    for pid in list(LEFTOVERS.pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        LEFTOVERS.pids.discard(pid)
+    if LEFTOVERS.server_dsn and LEFTOVERS.databases:
+        with sigint_ignored():
+            for name in list(LEFTOVERS.databases):
+                try:
+                    asyncio.run(drop_database(LEFTOVERS.server_dsn, name))
+                    print(f"· dropped scratch database {name}")
+                except (OSError, asyncpg.PostgresError) as exc:
+                    print(f"! could not drop scratch database {name}: {exc}", file=sys.stderr)
