@@ -121,6 +121,38 @@ async def test_requests_are_counted_by_route_template_and_status_on_every_door(
     assert not any(str(run_id) in route for route in routes)
 
 
+async def test_each_route_has_its_latency_and_the_process_its_runtime_metrics(
+    api: AppClient, seeded: SeededQueue
+) -> None:
+    run_id = await seeded.run()
+    assert (await api.claim()).status_code == 200  # the worker fast path answers
+    assert (await api.complete(run_id, {"ok": True})).status_code == 200
+    assert (await api.http.get("/healthz")).status_code == 200
+
+    samples = await scrape(api)
+
+    def answered(method: str, route: str) -> float:
+        labels = tuple(sorted({"method": method, "route": route}.items()))
+        count = samples[("ops_http_request_duration_seconds_count", labels)]
+        total = samples[("ops_http_request_duration_seconds_sum", labels)]
+        assert 0 < total < 30
+        return count
+
+    assert answered("POST", "/ops-runs/claim") == 1
+    assert answered("POST", "/ops-runs/{run_id}/complete") == 1
+    assert answered("GET", "/healthz") == 1
+    names = {name for name, _ in samples}
+    # the process and the runtime: CPU, memory, open files, GC, the Python version
+    for name in (
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "python_gc_collections_total",
+        "python_info",
+    ):
+        assert name in names, name
+
+
 def _unused_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

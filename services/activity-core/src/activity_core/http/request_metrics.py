@@ -1,4 +1,5 @@
-"""`ops_http_requests_total{method, route, status}`: every answer of the API, counted.
+"""`ops_http_requests_total{method, route, status}`: every answer of the API, counted, and
+`ops_http_request_duration_seconds{method, route}`: how long each took.
 
 The outermost middleware, so it counts every answer: the worker fast path's, the body
 guard's refusals, the routes'. `route` is the route's template
@@ -15,6 +16,7 @@ and is not counted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from fastapi import APIRouter
@@ -53,6 +55,7 @@ class RequestMetrics:
     ) -> None:
         self.app = app
         self.counter = metrics.http_requests
+        self.seconds = metrics.http_request_seconds
         # The routes in the order the app matches them (it includes the routers in this
         # order, without prefixes of its own).
         self.routes: tuple[BaseRoute, ...] = tuple(r for router in routers for r in router.routes)
@@ -62,6 +65,7 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         status: int | None = None
+        started = time.perf_counter()
 
         async def send_and_note(message: Message) -> None:
             nonlocal status
@@ -72,13 +76,13 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_and_note)
         except Exception:
-            self._count(scope, status or 500)
+            self._count(scope, status or 500, started)
             raise
         if status is not None:
-            self._count(scope, status)
+            self._count(scope, status, started)
 
-    def _count(self, scope: Scope, status: int) -> None:
+    def _count(self, scope: Scope, status: int, started: float) -> None:
         method = scope["method"] if scope["method"] in _METHODS else "other"
-        self.counter.labels(
-            method=method, route=route_template(scope, self.routes), status=str(status)
-        ).inc()
+        route = route_template(scope, self.routes)
+        self.counter.labels(method=method, route=route, status=str(status)).inc()
+        self.seconds.labels(method=method, route=route).observe(time.perf_counter() - started)

@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 # How a stale lease ends (service.py, _record_stale): the run is open again for its next
 # attempt, or it had no attempt left.
 LEASE_OUTCOMES = ("reopened", "expired")
+# An API answer: a millisecond for a claim or close, up to 20 s for a long-poll claim.
+HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 
 
 class QueueMetrics:
@@ -94,6 +105,18 @@ class QueueMetrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.http_request_seconds = Histogram(
+            "ops_http_request_duration_seconds",
+            "time from a request's arrival to the end of its answer, by method and route "
+            "template (a long-poll claim waits up to its own timeout)",
+            ["method", "route"],
+            buckets=HTTP_BUCKETS,
+            registry=self.registry,
+        )
+        # The process (CPU, memory, open files) and the runtime (GC, Python version) on
+        # the same endpoint; under `serve --workers N` they are those of the worker process
+        # that answered the scrape (exposition).
+        _runtime_collectors(self.registry)
 
         self.dead_rows = Gauge(
             "ops_runs_dead_rows",
@@ -115,4 +138,11 @@ class QueueMetrics:
             return generate_latest(self.registry)
         combined = CollectorRegistry()
         MultiProcessCollector(combined, path=directory)  # type: ignore[no-untyped-call]
+        _runtime_collectors(combined)
         return generate_latest(combined)
+
+
+def _runtime_collectors(registry: CollectorRegistry) -> None:
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
