@@ -7,6 +7,8 @@ tests in tests/integration guard those plans.
 
 from __future__ import annotations
 
+from ops_contracts.queue import MAX_CLAIM_LIMIT
+
 # The projection every endpoint answers: every model column except close_intent_digest
 # (the digest identifies an accepted close; it is not for readers) and priority_rank.
 RUN_COLUMNS = """
@@ -93,6 +95,41 @@ WHERE r.id = picked.id
 RETURNING {_qualified("r")}
 """
 
+# The common claim, written so that its plan can be cached. With `LIMIT $3` the plan
+# cache never keeps a generic plan (it prices a parameter limit at 10% of the open rows,
+# far above any custom plan), so every claim was planned afresh: 0.2 ms, more than the
+# claim's own execution. Here the scan's limit is a constant, the API's ceiling on a
+# claim's limit (ops_contracts MAX_CLAIM_LIMIT; the service sends larger limits to the
+# coalesced statement), and $3 cuts that; the leased rows are found again by primary key
+# from an array, which costs the same in a generic plan and a custom one.
+# The outer LIMIT stops pulling before the row after the last, so the inner SKIP LOCKED
+# locks exactly the rows handed out, in claim order; the answer is sorted in claim order
+# (the array lookup returns rows in table order).
+# $1 worker, $2 lease seconds, $3 limit (at most CLAIM_LIMIT_CEILING), $4 labels mode,
+# $5 labels
+CLAIM_LIMIT_CEILING = MAX_CLAIM_LIMIT
+_CLAIM_CACHED_TEMPLATE = f"""
+WITH picked AS (
+    SELECT id
+    FROM (
+        SELECT id{_CLAIMABLE.format(guard="{guard}", limit=CLAIM_LIMIT_CEILING)}) AS head
+    LIMIT $3
+),
+leased AS (
+    UPDATE ops_runs AS r
+    SET state = 'claimed',
+        claim_owner = $1,
+        lease_until = now() + make_interval(secs => $2),
+        attempt = r.attempt + 1,
+        updated_at = now()
+    WHERE r.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING {_qualified("r")}, r.priority_rank
+)
+SELECT {RUN_COLUMNS}
+FROM leased
+ORDER BY priority_rank, created_at, id
+"""
+
 # Claims that arrived together (queue/coalesce.py) in one statement: claimer n (1-based,
 # in arrival order) gets the n-th group of $3 rows in claim order, so each claimer gets
 # what it would have got alone, one after another. RETURNING names the claimer and the
@@ -139,8 +176,9 @@ _UNLESS_STALE = """
 # Run right after RECLAIM_STALE, in a fresh snapshot that sees the rows it reopened.
 CLAIM = _CLAIM_TEMPLATE.format(guard="")
 
-# The common claim in one round trip (same parameters as CLAIM).
-CLAIM_UNLESS_STALE = _CLAIM_TEMPLATE.format(guard=_UNLESS_STALE)
+# The common claim in one round trip (same parameters as CLAIM, limit at most
+# CLAIM_LIMIT_CEILING).
+CLAIM_UNLESS_STALE = _CLAIM_CACHED_TEMPLATE.format(guard=_UNLESS_STALE)
 
 # The common claim of several claimers in one round trip (see _CLAIM_MANY_TEMPLATE). A
 # claimer with no row back goes through RECLAIM_STALE and CLAIM on its own.

@@ -102,19 +102,22 @@ class ListFilter:
     created_before: datetime | None = None
 
 
-def project(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
+def project(row: asyncpg.Record | dict[str, Any], *, normalized: bool = False) -> dict[str, Any]:
     """The read projection of every answer (get, list, claim, heartbeat, close): historic
     rows are normalized again before they leave, the result by the evidence allowlist and
-    the error text by the function that bounds it when it is stored.
+    the error text by the function that bounds it when it is stored. `normalized`: the
+    row's result and error are the ones this statement just stored, normalized on the way
+    in (an applied close), so normalizing them again would change nothing.
 
     `requeued_as` comes from the statements that compute it (get, list, a reconciled
     close); every other answer is of a run that was open or claimed until that statement,
     which no requeue can have taken as its original (only failed and expired runs are)."""
     run = {key: row[key] for key in queries.RUN_COLUMN_NAMES}
-    if run["result"] is not None:
-        run["result"] = normalize_result(run["result"])
-    if run["last_error"] is not None:
-        run["last_error"] = sanitize_error(run["last_error"])
+    if not normalized:
+        if run["result"] is not None:
+            run["result"] = normalize_result(run["result"])
+        if run["last_error"] is not None:
+            run["last_error"] = sanitize_error(run["last_error"])
     run["requeued_as"] = row.get("requeued_as") or []
     return run
 
@@ -256,7 +259,7 @@ class QueueService:
         """One leasing statement for claims that arrived together: the rows of each."""
         mode, labels, limit = key
         self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
-        if len(claimers) == 1:
+        if len(claimers) == 1 and limit <= queries.CLAIM_LIMIT_CEILING:
             worker_id, lease_seconds = claimers[0]
             args = (worker_id, lease_seconds, limit, mode, list(labels))
             return [
@@ -390,7 +393,8 @@ class QueueService:
                 "disposition": disposition.value,
             },
         )
-        return project(updated), disposition
+        # an applied close stored the request's normalized result and error
+        return project(updated, normalized=disposition is CloseDisposition.applied), disposition
 
     async def _close_together(
         self, key: CloseKey, closers: list[Closer]
