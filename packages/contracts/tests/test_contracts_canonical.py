@@ -47,6 +47,10 @@ def test_non_finite_numbers_are_refused(value: object) -> None:
         {1: "a"},
         {"a": {None: 1}},
         [{(1, 2): 3}],
+        # a non-string key deep inside lists and objects, and inside a tuple
+        {"a": [{"b": {2: "x"}}]},
+        [[{3: "x"}]],
+        ({"a": {1: "b"}},),
         object(),
         {"a": {1, 2}},
         b"bytes",

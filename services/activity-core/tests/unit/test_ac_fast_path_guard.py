@@ -49,6 +49,7 @@ def test_each_worker_route_takes_only_what_the_fast_path_replays() -> None:
     for name, route in routes.items():
         endpoint, path = WORKER_ROUTES[name]
         assert route.path == path and route.methods == {"POST"}, name
+        assert endpoint.route == path, name  # the request metrics' route label
         assert _calls(route.dependant) == FAST_PATH_DEPENDENCIES, name
         assert [p.name for p in route.dependant.body_params] == ["body"], name
         assert route.dependant.body_params[0].field_info.annotation is endpoint.body_model, name

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import APIRouter
 from starlette.routing import BaseRoute, Match
@@ -25,15 +26,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from activity_core.queue.metrics import QueueMetrics
 
-__all__ = ["UNMATCHED", "RequestMetrics", "route_template"]
+__all__ = ["ROUTE_TEMPLATE_KEY", "UNMATCHED", "RequestMetrics", "route_template"]
 
 UNMATCHED = "unmatched"
+# A middleware inside this one that answers for a route itself (the worker fast path)
+# names the route's template under this scope key.
+ROUTE_TEMPLATE_KEY = "activity_core.route_template"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def route_template(scope: Scope, routes: Sequence[BaseRoute]) -> str:
     """The template of the route that answered the request (the router put it in the
     scope), or else of the first of `routes` that would have answered it."""
+    named = scope.get(ROUTE_TEMPLATE_KEY)
+    if isinstance(named, str):
+        return named
     route = scope.get("route")
     if route is None:
         partial = None
@@ -59,6 +66,10 @@ class RequestMetrics:
         # The routes in the order the app matches them (it includes the routers in this
         # order, without prefixes of its own).
         self.routes: tuple[BaseRoute, ...] = tuple(r for router in routers for r in router.routes)
+        # The labelled children, looked up once per label set: `labels()` costs more than
+        # the increment. Finite: methods, route templates and statuses are few.
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._timers: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -84,5 +95,13 @@ class RequestMetrics:
     def _count(self, scope: Scope, status: int, started: float) -> None:
         method = scope["method"] if scope["method"] in _METHODS else "other"
         route = route_template(scope, self.routes)
-        self.counter.labels(method=method, route=route, status=str(status)).inc()
-        self.seconds.labels(method=method, route=route).observe(time.perf_counter() - started)
+        counter = self._counters.get((method, route, status))
+        if counter is None:
+            counter = self.counter.labels(method=method, route=route, status=str(status))
+            self._counters[(method, route, status)] = counter
+        timer = self._timers.get((method, route))
+        if timer is None:
+            timer = self.seconds.labels(method=method, route=route)
+            self._timers[(method, route)] = timer
+        counter.inc()
+        timer.observe(time.perf_counter() - started)

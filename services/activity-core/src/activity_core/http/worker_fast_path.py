@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from activity_core.http.body_guard import BodyRejected, accepts_json, parse_strict_json, replaying
 from activity_core.http.deps import worker_call
+from activity_core.http.request_metrics import ROUTE_TEMPLATE_KEY
 from activity_core.http.worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
 
 _PREFIX = "/ops-runs/"
@@ -113,6 +114,9 @@ class WorkerFastPath:
         if parsed is None:
             await self.app(scope, replay, send)
             return
+        # The route this answer stands for, for the request metrics outside: they would
+        # otherwise match the path against every route of the app to find it.
+        scope[ROUTE_TEMPLATE_KEY] = endpoint.route
         response = await self._answer(request, endpoint, run_id, parsed)
         await response(scope, replay, send)
 

@@ -96,6 +96,13 @@ class WorkerEndpoint:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_response", TypeAdapter(self.response_model))
 
+    @property
+    def route(self) -> str:
+        """The template of the route this endpoint answers for (its metrics label)."""
+        return (
+            "/ops-runs/claim" if self.action == "claim" else f"/ops-runs/{{run_id}}/{self.action}"
+        )
+
     def response_json(self, content: dict[str, Any]) -> bytes:
         """The answer validated against the response model, as FastAPI serializes it.
 
