@@ -17,6 +17,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
 
+__all__ = [
+    "SECRET_VARIABLES",
+    "ActivityCoreSettings",
+    "SettingsError",
+    "absolute_http_base",
+    "load_settings",
+    "parse_bind_address",
+    "secrets_from_files",
+]
+
 # The queue's worker identity, exactly as the worker endpoints' bodies check it.
 _WORKER_ID = TypeAdapter(WorkerId)
 

@@ -50,6 +50,19 @@ from activity_core.temporal.payloads import (
 )
 from ops_evidence import sanitize_error
 
+__all__ = [
+    "DATABASE_UNAVAILABLE",
+    "DEFINITION_INVALID",
+    "DEFINITION_NOT_FOUND",
+    "DEFINITION_PAUSED",
+    "NON_RETRYABLE_ERROR_TYPES",
+    "POLICY_ERROR",
+    "SINK_UNAVAILABLE",
+    "UNEXPECTED_ERROR",
+    "UNEXPECTED_ERROR_ATTEMPTS",
+    "ActivityCoreActivities",
+]
+
 log = logging.getLogger("activity_core.temporal")
 
 POLICY_ERROR = "EmissionPolicyError"

@@ -21,6 +21,14 @@ from activity_core.temporal.dev_server import (
 )
 from activity_core.temporal.errors import TemporalUnavailable
 
+__all__ = [
+    "TemporalClientProvider",
+    "connect",
+    "is_unreachable",
+    "target_address",
+    "temporal_client",
+]
+
 # An RPC answered with one of these means "the server is not there right now".
 _UNREACHABLE_CODES = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}

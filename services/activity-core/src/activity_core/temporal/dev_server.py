@@ -28,6 +28,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+__all__ = [
+    "DEFAULT_PORT",
+    "DEFAULT_UI_PORT",
+    "LOCAL_IP",
+    "DevServer",
+    "DevServerError",
+    "DevServerNotInstalled",
+    "ensure_dev_server",
+    "ephemeral_dev_server",
+    "ephemeral_low",
+    "free_port",
+    "is_listening",
+    "start_dev_server",
+    "temporal_binary",
+]
+
 LOCAL_IP = "127.0.0.1"
 DEFAULT_PORT = 7233
 DEFAULT_UI_PORT = 8233

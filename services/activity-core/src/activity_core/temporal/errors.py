@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["AutomationNotFound", "AutomationPaused", "FireNotFound", "TemporalUnavailable"]
+
 
 class TemporalUnavailable(Exception):
     """The Temporal server cannot be reached (or refuses our namespace) right now."""

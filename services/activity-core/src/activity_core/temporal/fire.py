@@ -36,6 +36,8 @@ from activity_core.temporal.payloads import (
     RunActivityResult,
 )
 
+__all__ = ["FireResult", "fire_manual", "manual_trigger_key", "retry_fire"]
+
 
 @dataclass(frozen=True)
 class FireResult:

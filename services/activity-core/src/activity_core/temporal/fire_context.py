@@ -11,6 +11,8 @@ from typing import Any
 
 from activity_core.temporal.payloads import RunActivityInput
 
+__all__ = ["fire_context"]
+
 
 def fire_context(params: RunActivityInput, scheduled_for: datetime | None) -> dict[str, Any]:
     if params.request is not None:

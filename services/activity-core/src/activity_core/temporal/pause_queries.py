@@ -8,6 +8,15 @@ Temporal failure rolls the row back, so the database never claims a pause Tempor
 
 from __future__ import annotations
 
+__all__ = [
+    "AUTOMATION",
+    "AUTOMATION_FOR_CHANGE",
+    "LOCK_TIMEOUT",
+    "PAUSE",
+    "RESUME",
+    "SCHEDULES_LOCK",
+]
+
 # A sync holds the schedules lock while it applies every schedule; past this an operator
 # gets a 503 to retry rather than a request that hangs.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20s'"

@@ -11,6 +11,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+__all__ = [
+    "MANUAL_TRIGGER_PREFIX",
+    "SCHEDULED_TRIGGER",
+    "WORKFLOW_NAME",
+    "EmitInput",
+    "EmitOutcome",
+    "FirePolicy",
+    "MarkFailedInput",
+    "PublishInput",
+    "RecordRunInput",
+    "RecordedRun",
+    "RunActivityInput",
+    "RunActivityResult",
+    "SinkGiveUpInput",
+    "SinkOutcome",
+]
+
 # The workflow type, by name: the API process and the schedules start it without importing
 # the worker's code. Started without an execution timeout: a fire waits for a worker, a
 # database or a sink that is away, however long, and ends emitted or failed, never timed

@@ -5,6 +5,16 @@ Parameters are `$n` only. Transactions belong to the activity (the unit of work)
 
 from __future__ import annotations
 
+__all__ = [
+    "ACTIVITY_RUN_FOR_EMIT",
+    "DEFINITION_BY_ID",
+    "DEFINITION_BY_SLUG",
+    "FIRE_TO_RETRY",
+    "MARK_FAILED",
+    "NOTE_RETRY",
+    "RECORD_ACTIVITY_RUN",
+]
+
 # A definition by its stable slug (the schedule's workflow input names the slug).
 DEFINITION_BY_SLUG = """
 SELECT id, slug, definition, paused

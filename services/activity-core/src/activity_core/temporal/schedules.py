@@ -67,6 +67,21 @@ from activity_core.settings import ActivityCoreSettings
 from activity_core.temporal.client import temporal_client
 from activity_core.temporal.payloads import SCHEDULED_TRIGGER, WORKFLOW_NAME, RunActivityInput
 
+__all__ = [
+    "MEMO_KEY",
+    "NOTE_PAUSED",
+    "NOTE_REMOVED",
+    "NOTE_UNSCHEDULED",
+    "OVERLAP_POLICY",
+    "ApplyReport",
+    "DesiredSchedule",
+    "TemporalScheduleApplier",
+    "catchup_window_of",
+    "desired_schedule",
+    "open_schedule_applier",
+    "schedule_id",
+]
+
 log = logging.getLogger("activity_core.temporal")
 
 OVERLAP_POLICY = ScheduleOverlapPolicy.ALLOW_ALL

@@ -43,6 +43,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
+__all__ = ["FIRE_POLICY_PATCH", "PRE_POLICY_FIRES", "SCHEDULED_START_TIME", "RunActivityWorkflow"]
+
 with workflow.unsafe.imports_passed_through():
     from activity_core.emission.trigger import emit_triggering_event_id
     from activity_core.temporal.activities import NON_RETRYABLE_ERROR_TYPES, ActivityCoreActivities

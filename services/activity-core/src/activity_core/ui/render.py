@@ -15,6 +15,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from activity_core.ui.display_text import display_text
 
+__all__ = ["render", "stylesheet"]
+
 _STATE_CLASSES = frozenset(
     {"open", "claimed", "succeeded", "failed", "expired", "started", "emitted"}
     | {"queued", "running", "stalled"}
