@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 
 from ops_contracts import CloseDisposition, RefusalCode
-from rein_aharness.outbox import CloseRefusedError, OutboxStore, durable, replay_pending
+from rein_aharness.outbox import ConclusiveRefusalError, OutboxStore, durable, replay_pending
 from rein_aharness.outbox.record import OutboxRecord
 
 OS_TARGETS = ("fsync", "replace", "rename", "unlink")
@@ -72,7 +72,7 @@ def main() -> None:
         if mode == "failing":
             raise RuntimeError("queue said no")
         if mode == "refused":
-            raise CloseRefusedError(RefusalCode.terminal_conflict, 409)
+            raise ConclusiveRefusalError(RefusalCode.terminal_conflict)
         if mode == "stopping":
             raise ConnectionError("queue unreachable")
         return CloseDisposition.applied

@@ -44,7 +44,7 @@ import anyio
 import pytest
 
 from ops_contracts import CloseDisposition, RefusalCode
-from rein_aharness.outbox import CloseRefusedError, OutboxStore, entry_key, replay_pending
+from rein_aharness.outbox import ConclusiveRefusalError, OutboxStore, entry_key, replay_pending
 from rein_aharness.outbox.durable import is_temp_name
 from rein_aharness.outbox.ledger import read_ledger
 from rein_aharness.outbox.record import OutboxRecord, parse_record
@@ -167,7 +167,7 @@ def _check_and_recover(
     async def recover(record: OutboxRecord) -> CloseDisposition:
         os.write(log_fd, f"{record.key}\n".encode())
         if mode == "refused":
-            raise CloseRefusedError(RefusalCode.terminal_conflict, 409)
+            raise ConclusiveRefusalError(RefusalCode.terminal_conflict)
         return CloseDisposition.applied
 
     try:

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from ops_contracts import CloseDisposition, RefusalCode
-from rein_aharness.outbox import CloseRefusedError, OutboxStore, durable, replay_pending
+from rein_aharness.outbox import ConclusiveRefusalError, OutboxStore, durable, replay_pending
 from rein_aharness.outbox.record import OutboxRecord
 
 Factory = Callable[..., dict[str, Any]]
@@ -59,7 +59,7 @@ def test_every_attempt_of_a_group_is_durable_before_its_first_callback(
 OUTCOMES: list[object] = [
     CloseDisposition.applied,
     RuntimeError("down"),
-    CloseRefusedError(RefusalCode.terminal_conflict, 409),
+    ConclusiveRefusalError(RefusalCode.terminal_conflict),
     CloseDisposition.reconciled,
     None,
     ValueError("bad"),

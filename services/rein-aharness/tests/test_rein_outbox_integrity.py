@@ -21,7 +21,7 @@ from ops_contracts import CloseDisposition, RefusalCode
 from rein_aharness.cli import main
 from rein_aharness.operator.exit_codes import ExitCode
 from rein_aharness.outbox import (
-    CloseRefusedError,
+    ConclusiveRefusalError,
     OutboxIntegrityError,
     OutboxReplacedError,
     OutboxStore,
@@ -243,7 +243,7 @@ def test_delivered_quarantined_and_pruned_entries_are_not_lost(
     _enqueue(store, make_close, "run-refused")
 
     async def refused(record: OutboxRecord) -> CloseDisposition:
-        raise CloseRefusedError(RefusalCode.terminal_conflict)
+        raise ConclusiveRefusalError(RefusalCode.terminal_conflict)
 
     anyio.run(replay_pending, store, refused)
     assert store.snapshot().delivered_count == 1 and len(store.snapshot().quarantined) == 1

@@ -13,7 +13,7 @@ import pytest
 
 from ops_contracts import CloseDisposition, RefusalCode
 from rein_aharness.outbox import (
-    CloseRefusedError,
+    ConclusiveRefusalError,
     OutboxPathError,
     OutboxStore,
     default_state_dir,
@@ -92,7 +92,7 @@ def test_directories_0700_and_files_0600_on_disk_whatever_the_umask(
     store.enqueue_close(**make_close(run_id="run-b"))
     store.enqueue_close(**make_close(run_id="run-c"))
     outcomes: Iterator[CloseDisposition | Exception] = iter(
-        [CloseDisposition.applied, CloseRefusedError(RefusalCode.not_found)]
+        [CloseDisposition.applied, ConclusiveRefusalError(RefusalCode.not_found)]
     )
 
     async def deliver(record: OutboxRecord) -> CloseDisposition:

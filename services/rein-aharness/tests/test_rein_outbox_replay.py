@@ -21,7 +21,7 @@ from rein_aharness.adapters.queue_errors import (
 )
 from rein_aharness.outbox import (
     FAILURE_MARKER,
-    CloseRefusedError,
+    ConclusiveRefusalError,
     OutboxStore,
     replay_pending,
 )
@@ -233,7 +233,7 @@ def test_each_conclusive_refusal_quarantines_intact_with_a_reason_sidecar(
     store: OutboxStore, make_close: Factory, code: RefusalCode
 ) -> None:
     key = store.enqueue_close(**make_close()).record.key
-    _replay(store, Recorder(store, CloseRefusedError(code, 409)))
+    _replay(store, Recorder(store, ConclusiveRefusalError(code)))
     attempted = (store.paths.quarantine / f"{key}.json").read_bytes()
     record = json.loads(attempted)
     assert record["attempts"] == 1 and record["state"] == "pending"  # moved intact
@@ -258,17 +258,19 @@ def test_each_conclusive_refusal_quarantines_intact_with_a_reason_sidecar(
 )
 def test_only_conclusive_codes_make_a_close_refusal(code: RefusalCode) -> None:
     with pytest.raises(ValueError, match="not a conclusive"):
-        CloseRefusedError(code)
+        ConclusiveRefusalError(code)
 
 
 def test_a_refusal_whose_code_was_tampered_with_stays_pending(
     store: OutboxStore, make_close: Factory
 ) -> None:
     key = store.enqueue_close(**make_close()).record.key
-    refusal = CloseRefusedError(RefusalCode.not_found)
+    refusal = ConclusiveRefusalError(RefusalCode.not_found)
     refusal.code = RefusalCode.unauthenticated
     _replay(store, Recorder(store, refusal))
-    assert _record_on_disk(store, key)["last_failure"]["exception_class"] == "CloseRefusedError"
+    assert (
+        _record_on_disk(store, key)["last_failure"]["exception_class"] == "ConclusiveRefusalError"
+    )
 
 
 # -- "An unclassified HTTP failure or transport outage remains pending." -----------------

@@ -13,7 +13,7 @@ import pytest
 
 from ops_contracts import CloseDisposition, RefusalCode, canonical_json
 from rein_aharness.outbox import (
-    CloseRefusedError,
+    ConclusiveRefusalError,
     OutboxConflictError,
     OutboxStore,
     entry_key,
@@ -149,7 +149,7 @@ def test_reenqueue_of_a_quarantined_identity_reports_it(
     store.enqueue_close(**make_close())
 
     async def refused(record: OutboxRecord) -> CloseDisposition:
-        raise CloseRefusedError(RefusalCode.terminal_conflict)
+        raise ConclusiveRefusalError(RefusalCode.terminal_conflict)
 
     anyio.run(replay_pending, store, refused)
     again = store.enqueue_close(**make_close())

@@ -19,6 +19,7 @@ from ops_contracts import (
 from rein_aharness.adapters.close_delivery import deliver_close
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.queue_errors import (
+    CloseRefusedError,
     QueueAuthError,
     QueueProtocolError,
     QueueRefusedError,
@@ -28,7 +29,7 @@ from rein_aharness.adapters.queue_errors import (
     QueueUnavailableError,
 )
 from rein_aharness.adapters.retry import RetryPolicy
-from rein_aharness.outbox import CloseRefusedError, OutboxStore
+from rein_aharness.outbox import OutboxStore
 
 BASE = "http://activity-core.test"
 RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"

@@ -47,6 +47,7 @@ from ops_contracts import (
 )
 from rein_aharness.adapters.http_client import build_http_client
 from rein_aharness.adapters.queue_errors import (
+    CloseRefusedError,
     QueueAuthError,
     QueueProtocolError,
     QueueRefusedError,
@@ -55,7 +56,6 @@ from rein_aharness.adapters.queue_errors import (
     QueueUnavailableError,
 )
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
-from rein_aharness.outbox.errors import CloseRefusedError
 
 __all__ = ["ActivityCoreQueueClient"]
 

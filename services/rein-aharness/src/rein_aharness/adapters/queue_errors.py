@@ -1,4 +1,4 @@
-"""Everything the queue client raises besides a conclusive close refusal.
+"""Everything the queue client raises.
 
 Messages carry the HTTP status and the machine `code` only. The server's `detail`
 text and any response body stay out: exception messages end up in logs, and the
@@ -7,7 +7,11 @@ outbox keeps only an exception's class name.
 
 from __future__ import annotations
 
+from ops_contracts import RefusalCode
+from rein_aharness.outbox.errors import ConclusiveRefusalError
+
 __all__ = [
+    "CloseRefusedError",
     "QueueAuthError",
     "QueueError",
     "QueueProtocolError",
@@ -52,7 +56,7 @@ class QueueAuthError(QueueError):
 class QueueRefusedError(QueueError):
     """A documented refusal code on claim or heartbeat (e.g. `expired_lease`).
 
-    Closes raise `rein_aharness.outbox.CloseRefusedError` instead.
+    Closes raise `CloseRefusedError` instead.
     """
 
 
@@ -66,3 +70,13 @@ class QueueRejectedError(QueueError):
 
 class QueueProtocolError(QueueError):
     """A 2xx whose body is not the documented shape."""
+
+
+class CloseRefusedError(ConclusiveRefusalError):
+    """A close answered with one of the six conclusive close codes and its documented
+    status: the outbox quarantines the entry (it is the outbox's ConclusiveRefusalError),
+    a direct close reports it refused."""
+
+    def __init__(self, code: RefusalCode, status: int | None = None) -> None:
+        super().__init__(code)
+        self.status = status

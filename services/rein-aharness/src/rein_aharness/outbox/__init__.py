@@ -7,7 +7,7 @@ worker can change (trust.py), under an identity its state directory records
 """
 
 from rein_aharness.outbox.errors import (
-    CloseRefusedError,
+    ConclusiveRefusalError,
     InvalidCloseIntentError,
     OutboxConflictError,
     OutboxError,
@@ -33,7 +33,7 @@ __all__ = [
     "FAILURE_MARKER",
     "KEY_DOMAIN",
     "Adoption",
-    "CloseRefusedError",
+    "ConclusiveRefusalError",
     "DeliveryCallback",
     "EnqueueResult",
     "EntryOutcome",

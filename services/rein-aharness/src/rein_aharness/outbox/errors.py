@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, RefusalCode
 
 __all__ = [
-    "CloseRefusedError",
+    "ConclusiveRefusalError",
     "InvalidCloseIntentError",
     "OutboxConflictError",
     "OutboxError",
@@ -77,16 +77,18 @@ class OutboxConflictError(OutboxError):
         )
 
 
-class CloseRefusedError(Exception):
-    """Raised by a delivery callback when Activity Core refused the close conclusively.
+class ConclusiveRefusalError(Exception):
+    """Raised by a delivery callback when the queue refused the close conclusively: the
+    entry is quarantined with the code, never delivered again.
 
     Only the six conclusive close codes are accepted: a refusal that retrying might
-    overcome (auth, validation, 5xx) is not this error, and stays pending.
+    overcome (auth, validation, 5xx) is not this error, and stays pending. What the
+    refusal looked like on the wire is the adapter's business
+    (rein_aharness.adapters.queue_errors.CloseRefusedError).
     """
 
-    def __init__(self, code: RefusalCode, status: int | None = None) -> None:
+    def __init__(self, code: RefusalCode) -> None:
         if code not in CONCLUSIVE_CLOSE_REFUSALS:
             raise ValueError(f"{code!s} is not a conclusive close refusal")
         self.code = RefusalCode(code)
-        self.status = status
         super().__init__(f"close refused: {self.code.value}")

@@ -9,7 +9,7 @@ Per entry, in this order:
 1. the attempt counter is incremented and made durable (`store.begin_attempt`);
 2. the callback runs;
 3. a normal return (close_disposition applied, reconciled or reopened) moves the entry
-   to delivered/; `CloseRefusedError` with a conclusive code moves it intact to
+   to delivered/; `ConclusiveRefusalError` (a conclusive code) moves it intact to
    quarantine/ with a reason sidecar; any other `Exception` keeps it pending with only
    the exception's class name and the `delivery_failed` marker (its text may hold a
    response body or a URL with credentials, so it is never written); a `BaseException`
@@ -81,7 +81,7 @@ import anyio
 import anyio.to_thread
 
 from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition
-from rein_aharness.outbox.errors import CloseRefusedError
+from rein_aharness.outbox.errors import ConclusiveRefusalError
 from rein_aharness.outbox.locking import hold_lock_async
 from rein_aharness.outbox.record import OutboxRecord, QuarantineReason, failure_class_name
 from rein_aharness.outbox.store import OutboxStore
@@ -190,7 +190,7 @@ async def _deliver_one(
         return EntryOutcome(record.key, record.run_id, "skipped"), False
     try:
         disposition = await deliver(current)
-    except CloseRefusedError as refusal:
+    except ConclusiveRefusalError as refusal:
         if refusal.code in CONCLUSIVE_CLOSE_REFUSALS:
             await anyio.to_thread.run_sync(store.quarantine_refused, record.key, refusal.code)
             return EntryOutcome(record.key, record.run_id, "quarantined", refusal.code.value), False
@@ -237,7 +237,7 @@ async def _deliver_group(
                 continue
             try:
                 disposition = await deliver(current)
-            except CloseRefusedError as refusal:
+            except ConclusiveRefusalError as refusal:
                 if refusal.code in CONCLUSIVE_CLOSE_REFUSALS:
                     await anyio.to_thread.run_sync(
                         store.quarantine_refused, current.key, refusal.code

@@ -35,9 +35,13 @@ from ops_contracts import CloseAction, CloseDisposition, CloseResponse, OpsRun
 from ops_evidence import sanitize_error
 from rein_aharness.adapters.close_delivery import deliver_close
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
-from rein_aharness.adapters.queue_errors import QueueAuthError, QueueError, QueueTransientError
-from rein_aharness.outbox import (
+from rein_aharness.adapters.queue_errors import (
     CloseRefusedError,
+    QueueAuthError,
+    QueueError,
+    QueueTransientError,
+)
+from rein_aharness.outbox import (
     InvalidCloseIntentError,
     OutboxConflictError,
     OutboxRecord,
