@@ -1,4 +1,4 @@
-"""Claim-queue throughput benchmark (issue 2, "Benchmark"): the command.
+"""Claim-queue throughput benchmark: the command (phases and targets in claim_bench/plan.py).
 
     uv run python bench/claim_throughput.py [--database-url URL] [--quick]
         [--client lean|httpx] [--api-workers N] [--profile-api FILE]

@@ -1,4 +1,4 @@
-"""Claim-queue throughput benchmark (issue 2, "Benchmark").
+"""Claim-queue throughput benchmark: phases (a) to (e), each figure a ratio to (a) in the same run.
 
     uv run python bench/claim_throughput.py [--database-url URL] [--quick]
 

@@ -82,7 +82,7 @@ NOISE_LIMIT = 0.35
 MAX_TRIES = 3
 SUSTAIN_TRIES = 2
 
-# Targets of issue 2, as fractions of (a) (d: a ceiling on the ratio).
+# The targets the queue is held to, as fractions of (a) (d: a ceiling on the ratio).
 TARGET_B = 0.40
 TARGET_C = 0.60
 TARGET_D = 1.5

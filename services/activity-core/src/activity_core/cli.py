@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import asyncpg
 
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.migrate import MigrationError, migrate
 from activity_core.logs import configure_logging
 from activity_core.settings import ActivityCoreSettings, SettingsError, load_settings
@@ -98,7 +99,7 @@ def database(settings: ActivityCoreSettings) -> Iterator[str]:
 async def _migrate(dsn: str) -> list[int]:
     try:
         conn = await asyncpg.connect(dsn, timeout=10)
-    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+    except DATABASE_FAILURES as exc:
         raise CommandError(f"cannot connect to the database: {type(exc).__name__}: {exc}") from exc
     try:
         return await migrate(conn)

@@ -18,8 +18,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import TextIO
 
-import asyncpg
-
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import (
@@ -92,7 +91,7 @@ async def _sync(
     async with contextlib.AsyncExitStack() as stack:
         try:
             pool = await create_pool(dsn, min_size=1, max_size=2)
-        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        except DATABASE_FAILURES as exc:
             raise _Failed(f"cannot connect to the database: {type(exc).__name__}: {exc}") from exc
         stack.push_async_callback(pool.close)
         try:
@@ -106,5 +105,5 @@ async def _sync(
                 f"definitions stored, but applying their schedules failed: {exc}; "
                 "re-run sync-definitions to finish"
             ) from exc
-        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        except DATABASE_FAILURES as exc:
             raise _Failed(f"database error; nothing changed: {type(exc).__name__}: {exc}") from exc

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import json
+import logging
 import urllib.parse
 from typing import Any
 
 import asyncpg
 
+from activity_core.db.errors import DATABASE_FAILURES
 from ops_contracts import canonical_json
 
 __all__ = [
     "APPLICATION_NAME",
+    "Pool",
     "PoolConnection",
     "create_pool",
     "init_connection",
+    "open_pool",
     "session_untouched",
 ]
+
+# The pool's type, for code that holds one but needs no driver of its own (the HTTP edge).
+Pool = asyncpg.Pool
+
+log = logging.getLogger("activity_core")
 
 
 def _encode_json(value: Any) -> str:
@@ -95,3 +104,20 @@ async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool
     )
     assert pool is not None
     return pool
+
+
+async def open_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    """The service's pool; if the database is unreachable at start, one that connects on
+    demand.
+
+    The process then stays up: /healthz answers, /readyz and the queue answer 503 until
+    the database is back, rather than the process exiting with a traceback.
+    """
+    try:
+        return await create_pool(dsn, min_size=min_size, max_size=max_size)
+    except DATABASE_FAILURES as exc:
+        log.warning(
+            "database not reachable at start (%s); answering 503 until it is",
+            type(exc).__name__,
+        )
+        return await create_pool(dsn, min_size=0, max_size=max_size)

@@ -7,10 +7,9 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import asyncpg
 from fastapi import FastAPI
 
-from activity_core.db.pool import create_pool
+from activity_core.db.pool import open_pool
 from activity_core.http.auth import (
     Authenticator,
     CredentialsFileError,
@@ -50,9 +49,6 @@ from activity_core.temporal.client import TemporalClientProvider
 
 log = logging.getLogger("activity_core")
 
-# What "the database cannot be reached right now" looks like when the pool first connects.
-_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
-
 
 # The variables a bad operators file, and a metrics token that is another's, are
 # reported under.
@@ -85,22 +81,6 @@ def build_authenticator(settings: ActivityCoreSettings) -> Authenticator:
         raise SettingsError(f"{METRICS_TOKEN_VARIABLE}: {exc}") from None
 
 
-async def open_pool(settings: ActivityCoreSettings, dsn: str) -> asyncpg.Pool:
-    """The pool; if the database is unreachable at start, one that connects on demand.
-
-    The process then stays up: /healthz answers, /readyz and the queue answer 503 until
-    the database is back, rather than the process exiting with a traceback.
-    """
-    try:
-        return await create_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
-    except _UNREACHABLE as exc:
-        log.warning(
-            "database not reachable at start (%s); answering 503 until it is",
-            type(exc).__name__,
-        )
-        return await create_pool(dsn, min_size=0, max_size=settings.db_pool_max)
-
-
 def create_app(
     settings: ActivityCoreSettings,
     *,
@@ -119,7 +99,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for note in authenticator.startup_warnings():
             log.warning(note)
-        pool = await open_pool(settings, dsn)
+        pool = await open_pool(dsn, min_size=settings.db_pool_min, max_size=settings.db_pool_max)
         signal = OpenRunSignal(dsn)
         await signal.start()
         app.state.pool = pool

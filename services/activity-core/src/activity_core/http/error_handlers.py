@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from activity_core.db.errors import SCHEMA_NOT_CURRENT_FAILURES, UNTRANSLATED_LOSS_FAILURES
 from activity_core.db.unavailable import is_unavailable
 from activity_core.http.responses import error_response
 from activity_core.http.ui_guard import UiRefusal
@@ -44,19 +44,6 @@ _HTTP_CODES = {
     401: RefusalCode.unauthenticated,
     403: RefusalCode.forbidden,
 }
-
-# Driver exceptions a lost database raises, for a failure that reaches the edge without
-# passing through db/unavailable.py: each is answered by `is_unavailable`, the one rule.
-# (ConnectionError: PostgreSQL is the only peer this service reaches by raw sockets.)
-_DRIVER_FAILURES: tuple[type[Exception], ...] = (
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.InsufficientResourcesError,
-    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    ConnectionError,
-)
 
 
 def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
@@ -128,11 +115,10 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("database unavailable: %s (untranslated)", type(exc).__name__)
         return _database_unavailable()
 
-    for failure in _DRIVER_FAILURES:
+    # db/errors.py: what a lost database raises outside a unit of work
+    for failure in UNTRANSLATED_LOSS_FAILURES:
         app.add_exception_handler(failure, _driver_failure)
 
-    @app.exception_handler(asyncpg.exceptions.UndefinedTableError)
-    @app.exception_handler(asyncpg.exceptions.UndefinedColumnError)
     async def _schema_missing(_: Request, exc: Exception) -> Response:
         # `serve` without --migrate on a database this build has not migrated: an operator
         # error with a known fix, not an internal one (/readyz says the same).
@@ -144,6 +130,9 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         response.headers["Retry-After"] = "5"
         return response
+
+    for failure in SCHEMA_NOT_CURRENT_FAILURES:
+        app.add_exception_handler(failure, _schema_missing)
 
     @app.exception_handler(AutomationNotFound)
     async def _no_automation(_: Request, exc: AutomationNotFound) -> Response:

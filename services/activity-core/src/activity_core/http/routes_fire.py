@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import asyncpg
 from fastapi import APIRouter, Body, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from activity_core.db.pool import Pool
 from activity_core.http.credentials import OPERATOR_CREDENTIAL
 from activity_core.http.deps import Acting, Audit, Settings
 from activity_core.operator.audit import audit_target
@@ -82,8 +82,8 @@ class FireResponse(BaseModel):
     trigger_key: str
 
 
-def _pool(request: Request) -> asyncpg.Pool:
-    pool: asyncpg.Pool = request.app.state.pool
+def _pool(request: Request) -> Pool:
+    pool: Pool = request.app.state.pool
     return pool
 
 
@@ -98,7 +98,7 @@ _AUDITED_REFUSALS = {
     AutomationPaused: RefusalCode.state_conflict,
 }
 
-Pool = Annotated[asyncpg.Pool, Depends(_pool)]
+PoolDep = Annotated[Pool, Depends(_pool)]
 Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -135,7 +135,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def fire(
     automation_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")],
     settings: Settings,
-    pool: Pool,
+    pool: PoolDep,
     temporal: Temporal,
     actor: Acting,
     audit: Audit,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import asyncpg
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from activity_core.db.errors import SCHEMA_NOT_CURRENT_FAILURES
 from activity_core.db.migrate import current_version, latest_version
 from activity_core.http.credentials import METRICS_CREDENTIAL
 from activity_core.http.deps import Queue
@@ -23,6 +23,9 @@ from activity_core.queue.errors import DatabaseUnavailable
 from ops_contracts import ErrorBody, RefusalCode
 
 router = APIRouter(tags=["operations"])
+
+# No database, or no schema yet: /metrics still answers with the process's own counters.
+_NO_COUNTS: tuple[type[BaseException], ...] = (DatabaseUnavailable, *SCHEMA_NOT_CURRENT_FAILURES)
 
 
 class Readiness(BaseModel):
@@ -79,7 +82,7 @@ async def metrics(request: Request, queue: Queue) -> Response:
     registry_owner = request.app.state.metrics
     try:
         counts = await queue.count_by_state()
-    except (DatabaseUnavailable, asyncpg.exceptions.UndefinedTableError):
+    except _NO_COUNTS:
         counts = {}  # no database or no schema yet: the process's own counters still answer
     for state, n in counts.items():
         registry_owner.runs_by_state.labels(state=state).set(n)

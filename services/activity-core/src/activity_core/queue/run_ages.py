@@ -19,6 +19,7 @@ import logging
 
 import asyncpg
 
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import session_untouched
 from activity_core.queue import queries
 from activity_core.queue.metrics import QueueMetrics
@@ -29,7 +30,6 @@ log = logging.getLogger("activity_core.run_ages")
 
 # Seconds between two readings: well under any alert's threshold, and one cheap statement.
 REFRESH_EVERY = 15.0
-_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class RunAges:
@@ -69,7 +69,7 @@ class RunAges:
         while True:
             try:
                 await self.refresh()
-            except _UNREACHABLE as exc:
+            except DATABASE_FAILURES as exc:
                 # The queue's own requests report an outage; this loop just looks again.
                 log.debug("run ages not read: %s", type(exc).__name__)
             except Exception:

@@ -2,7 +2,7 @@
 
 Every claim and every close leaves a dead row version, and a claimed run's entry at the
 head of the open-claim index stays there until a VACUUM removes it: until then each claim
-reads past all of them. Measured with autovacuum off (issue 2, benchmark (e)): a claim
+reads past all of them. Measured with autovacuum off (bench/claim_throughput.py, phase (e)): a claim
 read 43 buffers at the start of a 60 s run, 329 at its end, and 35 after one VACUUM.
 Autovacuum visits a database once per `autovacuum_naptime` (a minute by default), can be
 busy for hours on other tables (River's issue 59; Que's docs tell users to VACUUM the
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import session_untouched
 from activity_core.queue import queries
 from activity_core.queue.metrics import QueueMetrics
@@ -41,7 +42,6 @@ CHECK_EVERY = 5.0
 BACKOFF_MAX = 300.0
 # SQLSTATE of "skipping vacuum of ... --- lock not available" (SKIP_LOCKED).
 _LOCK_NOT_AVAILABLE = "55P03"
-_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class CheckOutcome(enum.StrEnum):
@@ -148,7 +148,7 @@ class QueueVacuum:
         while True:
             try:
                 outcome = await self.check()
-            except _UNREACHABLE as exc:
+            except DATABASE_FAILURES as exc:
                 # The queue's own requests report an outage; this loop just looks again.
                 log.debug("vacuum check failed: %s", type(exc).__name__)
                 outcome = CheckOutcome.NOT_READY

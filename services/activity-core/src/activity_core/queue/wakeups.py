@@ -16,6 +16,8 @@ from typing import Any
 
 import asyncpg
 
+from activity_core.db.errors import DATABASE_FAILURES
+
 log = logging.getLogger("activity_core.wakeups")
 
 CHANNEL = "ops_runs_open"
@@ -111,7 +113,7 @@ class OpenRunSignal:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(conn.close(), 2)
                 raise
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_FAILURES as exc:
                 log.warning("listener cannot connect: %s", type(exc).__name__)
             self._first_attempt_done.set()
             self.wake_all()

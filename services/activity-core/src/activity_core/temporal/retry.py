@@ -14,8 +14,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-import asyncpg
-
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.queue.errors import DatabaseUnavailable
 from activity_core.settings import ActivityCoreSettings
@@ -27,6 +26,9 @@ from activity_core.temporal.errors import (
     TemporalUnavailable,
 )
 from activity_core.temporal.fire import FireResult, retry_fire
+
+# A unit of work's translation, or the driver's own failure outside one (db/errors.py).
+_NO_DATABASE: tuple[type[BaseException], ...] = (DatabaseUnavailable, *DATABASE_FAILURES)
 
 
 async def _retry(
@@ -60,7 +62,7 @@ def run_retry_command(
     except (AutomationNotFound, FireNotFound, AutomationPaused, TemporalUnavailable) as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 1
-    except (DatabaseUnavailable, OSError, asyncpg.PostgresError) as exc:
+    except _NO_DATABASE as exc:
         print(
             f"activity-core: cannot connect to the database: {type(exc).__name__}: {exc}",
             file=sys.stderr,

@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.emission.sink import IssueSink, build_issue_sink
 from activity_core.settings import ActivityCoreSettings, SettingsError, parse_bind_address
@@ -155,7 +156,7 @@ def run_worker_command(
     except TemporalUnavailable as exc:
         print(f"activity-core: {exc}", file=sys.stderr)
         return 1
-    except (OSError, asyncpg.PostgresError) as exc:
+    except DATABASE_FAILURES as exc:
         print(
             f"activity-core: cannot connect to the database: {type(exc).__name__}: {exc}",
             file=sys.stderr,
