@@ -47,6 +47,8 @@ from activity_core.queue.wakeups import OpenRunSignal
 from activity_core.settings import ActivityCoreSettings, SettingsError
 from activity_core.temporal.client import TemporalClientProvider
 
+__all__ = ["build_authenticator", "create_app"]
+
 log = logging.getLogger("activity_core")
 
 

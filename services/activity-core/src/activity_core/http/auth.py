@@ -34,6 +34,20 @@ from pathlib import Path
 from activity_core.queue.errors import QueueRefusal
 from ops_contracts import OperatorRole, RefusalCode
 
+__all__ = [
+    "ANONYMOUS_OPERATOR_NAME",
+    "Authenticator",
+    "CredentialsFileError",
+    "MetricsTokenReused",
+    "OperatorCredential",
+    "Principal",
+    "bearer_token",
+    "load_operator_credentials",
+    "load_worker_credentials",
+    "operator_name_ok",
+    "token_digest",
+]
+
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _WORKER_ID = re.compile(r"^[A-Za-z0-9._@:/+-]{1,200}$")
 # An operator's name: what the audit trail and a cancelled run's `cancelled_by` show.

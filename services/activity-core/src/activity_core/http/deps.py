@@ -20,6 +20,21 @@ from activity_core.operator.views import OperatorViews
 from activity_core.queue.service import QueueService
 from activity_core.settings import ActivityCoreSettings
 
+__all__ = [
+    "Acting",
+    "Actions",
+    "Artefacts",
+    "Audit",
+    "Queue",
+    "Settings",
+    "Views",
+    "Worker",
+    "WorkerCall",
+    "operator_token_of",
+    "worker_call",
+    "worker_token_of",
+]
+
 
 async def _queue(request: Request) -> QueueService:
     service: QueueService = request.app.state.queue

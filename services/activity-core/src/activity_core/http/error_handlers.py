@@ -30,6 +30,8 @@ from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
 from activity_core.temporal.errors import AutomationNotFound, AutomationPaused, TemporalUnavailable
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
+__all__ = ["count_refusal", "install_error_handlers", "refusal_response"]
+
 log = logging.getLogger("activity_core.http")
 
 # The heading of the ops UI's page for a framework refusal (no route, no such method).

@@ -6,6 +6,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+__all__ = ["error_response"]
+
 
 def error_response(
     status: int, code: str, detail: str, errors: list[dict[str, Any]] | None = None

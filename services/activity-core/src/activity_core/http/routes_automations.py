@@ -17,6 +17,8 @@ from activity_core.http.credentials import VIEWER_CREDENTIAL
 from activity_core.http.deps import Artefacts
 from ops_contracts import TEXT_SCHEMA_PATTERN, ErrorBody, Printable
 
+__all__ = ["router"]
+
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
 _DESCRIBED = {

@@ -21,6 +21,8 @@ from activity_core.temporal.errors import AutomationNotFound, AutomationPaused
 from activity_core.temporal.fire import fire_manual
 from ops_contracts import ErrorBody, RefusalCode, canonical_json
 
+__all__ = ["router"]
+
 router = APIRouter(prefix="/ops/automations", tags=["automations"])
 
 MAX_PARAMS_BYTES = 16_384

@@ -22,6 +22,8 @@ from activity_core.http.responses import error_response
 from activity_core.queue.errors import DatabaseUnavailable
 from ops_contracts import ErrorBody, RefusalCode
 
+__all__ = ["router"]
+
 router = APIRouter(tags=["operations"])
 
 # No database, or no schema yet: /metrics still answers with the process's own counters.

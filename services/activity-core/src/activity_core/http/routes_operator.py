@@ -46,6 +46,8 @@ from ops_contracts import (
     WorkersResponse,
 )
 
+__all__ = ["router", "runs_router"]
+
 runs_router = APIRouter(prefix="/ops-runs", tags=["operator"])
 router = APIRouter(prefix="/ops", tags=["operator"])
 

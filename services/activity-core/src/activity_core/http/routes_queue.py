@@ -42,6 +42,8 @@ from ops_contracts import (
     WorkerId,
 )
 
+__all__ = ["router"]
+
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 
 

@@ -48,6 +48,8 @@ from activity_core.temporal.pause import AutomationPauses
 from activity_core.ui.render import stylesheet
 from ops_contracts import AuditOutcome, Printable
 
+__all__ = ["router"]
+
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 log = logging.getLogger("activity_core.http.ui")
 

@@ -21,6 +21,8 @@ from activity_core.http.ui_pages import answer, page
 from activity_core.ui.run_filters import parse_run_filters
 from ops_contracts import RunState, text_error
 
+__all__ = ["router"]
+
 router = APIRouter(prefix="/ops/ui", include_in_schema=False)
 
 RUNS_PAGE = 50

@@ -44,6 +44,8 @@ from activity_core.http.deps import worker_call
 from activity_core.http.request_metrics import ROUTE_TEMPLATE_KEY
 from activity_core.http.worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
 
+__all__ = ["WorkerFastPath", "match_worker_path"]
+
 _PREFIX = "/ops-runs/"
 _CLAIM_PATH = "/ops-runs/claim"
 _UUID_LENGTH = 36

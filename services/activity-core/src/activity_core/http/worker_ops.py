@@ -29,6 +29,20 @@ from ops_contracts import (
     OpsRun,
 )
 
+__all__ = [
+    "CLAIM",
+    "COMPLETE",
+    "FAIL",
+    "HEARTBEAT",
+    "RUN_ENDPOINTS",
+    "WORKER_ENDPOINTS",
+    "WorkerEndpoint",
+    "claim",
+    "complete",
+    "fail",
+    "heartbeat",
+]
+
 
 async def claim(call: WorkerCall, _: uuid.UUID | None, body: ClaimRequest) -> dict[str, Any]:
     worker_id = call.worker_id(body.worker_id)

@@ -23,6 +23,17 @@ from typing import Any, Protocol
 from activity_core.queue.grant_evidence import grant_evidence_problem
 from ops_contracts import TERMINAL_STATES, CloseAction, RefusalCode, RunState
 
+__all__ = [
+    "ApplyTerminal",
+    "CloseRequest",
+    "Reconcile",
+    "Refuse",
+    "ReopenRun",
+    "decide_close",
+    "decide_heartbeat",
+    "terminal_state_without_row",
+]
+
 
 class Row(Protocol):
     """A locked ops_runs row as the driver returns it (asyncpg.Record, or a dict in tests)."""

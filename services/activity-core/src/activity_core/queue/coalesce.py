@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+__all__ = ["Coalescer"]
+
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")

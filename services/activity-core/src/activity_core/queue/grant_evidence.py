@@ -20,6 +20,8 @@ from ops_contracts import (
     path_allowed,
 )
 
+__all__ = ["grant_evidence_problem"]
+
 
 def grant_evidence_problem(
     action: CloseAction,

@@ -9,6 +9,34 @@ from __future__ import annotations
 
 from ops_contracts.queue import MAX_CLAIM_LIMIT
 
+__all__ = [
+    "CLAIM",
+    "CLAIM_LIMIT_CEILING",
+    "CLAIM_MANY_UNLESS_STALE",
+    "CLAIM_UNLESS_STALE",
+    "CLOSE_LEASED_UNGRANTED",
+    "CLOSE_MANY_LEASED_UNGRANTED",
+    "CLOSE_TERMINAL",
+    "COUNT_BY_STATE",
+    "DEAD_ROWS",
+    "DEFINITION_ID",
+    "EXPIRE_LEASES",
+    "GET_RUN",
+    "HEARTBEAT",
+    "LIST_RUNS",
+    "LOCK_RUN_FOR_CLOSE",
+    "OLDEST_UNFINISHED",
+    "RECLAIM_STALE",
+    "RECLAIM_STALE_BATCH",
+    "RECORD_SIGHTINGS",
+    "REOPEN_AFTER_FAILURE",
+    "REQUEUED_AS",
+    "RUN_COLUMNS",
+    "RUN_COLUMN_NAMES",
+    "VACUUM_FACTS",
+    "VACUUM_OPS_RUNS",
+]
+
 # The projection every endpoint answers: every model column except close_intent_digest
 # (the digest identifies an accepted close; it is not for readers) and priority_rank.
 RUN_COLUMNS = """

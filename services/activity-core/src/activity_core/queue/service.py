@@ -54,6 +54,8 @@ from ops_contracts import (
 )
 from ops_evidence import normalize_result, sanitize_error
 
+__all__ = ["ClaimSpec", "ListFilter", "QueueService", "definition_id_of", "project"]
+
 log = logging.getLogger("activity_core.queue")
 
 T = TypeVar("T")

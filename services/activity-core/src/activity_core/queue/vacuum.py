@@ -33,6 +33,16 @@ from activity_core.db.pool import session_untouched
 from activity_core.queue import queries
 from activity_core.queue.metrics import QueueMetrics
 
+__all__ = [
+    "VACUUM_APPLICATION_NAME",
+    "CheckOutcome",
+    "QueueVacuum",
+    "VacuumFacts",
+    "next_wait",
+    "start_notes",
+    "vacuum_held",
+]
+
 log = logging.getLogger("activity_core.vacuum")
 
 VACUUM_APPLICATION_NAME = "activity-core-vacuum"

@@ -18,6 +18,8 @@ import asyncpg
 
 from activity_core.db.errors import DATABASE_FAILURES
 
+__all__ = ["LISTENER_APPLICATION_NAME", "OpenRunSignal"]
+
 log = logging.getLogger("activity_core.wakeups")
 
 CHANNEL = "ops_runs_open"

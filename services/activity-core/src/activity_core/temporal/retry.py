@@ -27,6 +27,8 @@ from activity_core.temporal.errors import (
 )
 from activity_core.temporal.fire import FireResult, retry_fire
 
+__all__ = ["run_retry_command"]
+
 # A unit of work's translation, or the driver's own failure outside one (db/errors.py).
 _NO_DATABASE: tuple[type[BaseException], ...] = (DatabaseUnavailable, *DATABASE_FAILURES)
 

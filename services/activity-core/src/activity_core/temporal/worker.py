@@ -36,6 +36,8 @@ from activity_core.temporal.worker_endpoints import LIVENESS_ADDRESS, metrics_ru
 from activity_core.temporal.workflow import RunActivityWorkflow
 from ops_runtime.liveness import serve_liveness
 
+__all__ = ["build_activities", "build_worker", "fire_policy", "run_worker_command"]
+
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 
 
