@@ -68,7 +68,7 @@ def intent_digest(worker_id: str) -> str:
 
 
 class RawSqlCycle:
-    """queue/service.py's claim and complete transactions, without the service around them."""
+    """queue/claim.py's claim and queue/close.py's complete, without the service around them."""
 
     def __init__(self, conn: asyncpg.Connection, worker_id: str, limit: int = 1) -> None:
         self._conn = conn

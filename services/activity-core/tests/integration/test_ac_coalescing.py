@@ -19,9 +19,10 @@ from typing import Any
 import asyncpg
 
 from ac_testkit import SeededQueue
+from activity_core.queue.claim import ClaimSpec
 from activity_core.queue.errors import QueueRefusal
 from activity_core.queue.metrics import QueueMetrics
-from activity_core.queue.service import ClaimSpec, QueueService
+from activity_core.queue.service import QueueService
 from ops_contracts import CloseDisposition, LabelsMode, RefusalCode
 
 PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}

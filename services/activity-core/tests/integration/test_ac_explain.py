@@ -12,7 +12,7 @@ import pytest
 
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
 from activity_core.operator.workers import filter_matches
-from activity_core.queue.service import ClaimSpec
+from activity_core.queue.claim import ClaimSpec
 from ops_contracts import LabelsMode
 
 

@@ -14,7 +14,7 @@ import asyncpg
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
 from activity_core.db.pool import create_pool
 from activity_core.queue import queries
-from activity_core.queue.service import ClaimSpec
+from activity_core.queue.claim import ClaimSpec
 from activity_core.queue.sightings import FLUSH_SECONDS, ClaimSightings
 from ops_contracts import LabelsMode
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from activity_core.http.deps import WorkerCall
-from activity_core.queue.service import ClaimSpec
+from activity_core.queue.claim import ClaimSpec
 from ops_contracts import (
     ClaimRequest,
     ClaimResponse,

@@ -36,7 +36,8 @@ from activity_core.operator.decisions import (
 )
 from activity_core.queue import queries as queue_queries
 from activity_core.queue.errors import QueueRefusal
-from activity_core.queue.service import QueueService, project
+from activity_core.queue.projection import project
+from activity_core.queue.service import QueueService
 from ops_contracts import AuditOutcome, RefusalCode
 from ops_evidence import sanitize_error
 

@@ -32,7 +32,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 __all__ = ["QueueMetrics"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-# How a stale lease ends (service.py, _record_stale): the run is open again for its next
+# How a stale lease ends (claim.py, record_ended_leases): the run is open again for its next
 # attempt, or it had no attempt left.
 LEASE_OUTCOMES = ("reopened", "expired")
 # An API answer: a millisecond for a claim or close, up to 20 s for a long-poll claim.

@@ -70,13 +70,13 @@ RECLAIM_STALE_BATCH = 500
 # RETURNING gives the owner that lost the lease (a reopened row's owner is cleared), so
 # the log line can still name the worker.
 # $1 = max attempts
-RECLAIM_STALE = f"""
+# The one transition of a stale claim: open again for its next attempt, or expired at the
+# ceiling. {order_and_limit} bounds the claim path's batch; expire-leases takes every row.
+_END_STALE_LEASES = """
 WITH stale AS (
     SELECT id, claim_owner
     FROM ops_runs
-    WHERE state = 'claimed' AND lease_until <= now()
-    ORDER BY lease_until
-    LIMIT {RECLAIM_STALE_BATCH}
+    WHERE state = 'claimed' AND lease_until <= now(){order_and_limit}
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE ops_runs AS r
@@ -89,6 +89,10 @@ FROM stale
 WHERE r.id = stale.id
 RETURNING r.id, r.state, stale.claim_owner
 """
+
+RECLAIM_STALE = _END_STALE_LEASES.format(
+    order_and_limit=f"\n    ORDER BY lease_until\n    LIMIT {RECLAIM_STALE_BATCH}"
+)
 
 # What a claim may pick: open rows matching the labels, in claim order (high -> low
 # priority, then oldest), skipping rows locked by concurrent claimers. The ORDER BY matches
@@ -352,23 +356,7 @@ LIMIT $7
 
 # Operator-driven lease expiry: the same transition as RECLAIM_STALE, for every stale row.
 # $1 = max attempts
-EXPIRE_LEASES = """
-WITH stale AS (
-    SELECT id, claim_owner
-    FROM ops_runs
-    WHERE state = 'claimed' AND lease_until <= now()
-    FOR NO KEY UPDATE SKIP LOCKED
-)
-UPDATE ops_runs AS r
-SET state = CASE WHEN r.attempt >= $1 THEN 'expired' ELSE 'open' END,
-    claim_owner = CASE WHEN r.attempt >= $1 THEN r.claim_owner ELSE NULL END,
-    lease_until = NULL,
-    close_intent_digest = NULL,
-    updated_at = now()
-FROM stale
-WHERE r.id = stale.id
-RETURNING r.id, r.state, stale.claim_owner
-"""
+EXPIRE_LEASES = _END_STALE_LEASES.format(order_and_limit="")
 
 COUNT_BY_STATE = "SELECT state, count(*) AS n FROM ops_runs GROUP BY state"
 

@@ -1,0 +1,208 @@
+"""A claim: lease open runs to a worker, in claim order, never one that is already leased.
+
+The common claim is one autocommit statement (queries.CLAIM_UNLESS_STALE, or
+CLAIM_MANY_UNLESS_STALE for claims that arrived together, queue/coalesce.py) that leases
+only when no claim is stale. When it comes back empty (nothing open, or a stale claim
+seen), stale claims are reopened in bounded batches (RECLAIM_STALE) and the claim runs
+again (CLAIM) in a fresh snapshot that sees the reopened rows. So a busy queue claims in
+one round trip, and stale claims are always reopened before a claim selects.
+
+Once sent, a leasing statement is never repeated here: a claim repeated after it
+committed would lease a second set of runs to a worker that never learns of the first
+(db/unavailable.py, Unit.STATEMENTS). A claim with a wait long-polls on OpenRunSignal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from activity_core.db.unavailable import Unit, run_unit
+from activity_core.queue import queries
+from activity_core.queue.coalesce import Coalescer
+from activity_core.queue.metrics import QueueMetrics
+from activity_core.queue.projection import project
+from activity_core.queue.sightings import ClaimSightings
+from activity_core.queue.wakeups import OpenRunSignal
+from ops_contracts import LabelsMode, RunState
+
+__all__ = [
+    "MAX_ROWS_PER_CLAIM_STATEMENT",
+    "ClaimKey",
+    "ClaimSpec",
+    "Claimer",
+    "Claims",
+    "record_ended_leases",
+]
+
+log = logging.getLogger("activity_core.queue")
+
+# A coalesced claim leases at most this many rows (claimers x limit), so one statement
+# stays short however large the limits are.
+MAX_ROWS_PER_CLAIM_STATEMENT = 500
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    worker_id: str
+    labels: Sequence[str] | None
+    labels_mode: LabelsMode
+    limit: int
+    lease_seconds: int
+    wait_seconds: int
+
+
+class ClaimKey(NamedTuple):
+    """What claims must share to be served by one statement."""
+
+    labels_mode: str  # 'none' when the claim names no labels, else 'any' | 'all'
+    labels: tuple[str, ...]
+    limit: int
+
+
+class Claimer(NamedTuple):
+    """What each claimer brings to a shared statement."""
+
+    worker_id: str
+    lease_seconds: int
+
+
+def record_ended_leases(
+    metrics: QueueMetrics, rows: Sequence[asyncpg.Record], *, trigger: str
+) -> None:
+    """Count and log the stale leases a statement ended (a claim's reclaim, or
+    expire-leases): each run is open again for its next attempt, or expired at the
+    ceiling."""
+    for row in rows:
+        outcome = "expired" if row["state"] == RunState.expired else "reopened"
+        metrics.leases_ended.labels(outcome=outcome).inc()
+        log.info(
+            "stale lease %s",
+            outcome,
+            extra={"run_id": str(row["id"]), "worker_id": row["claim_owner"], "trigger": trigger},
+        )
+
+
+class Claims:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        max_attempts: int,
+        metrics: QueueMetrics,
+        signal: OpenRunSignal | None,
+        sightings: ClaimSightings | None,
+        coalesce_max: int,
+    ) -> None:
+        self._pool = pool
+        self._max_attempts = max_attempts
+        self._metrics = metrics
+        self._signal = signal
+        self._sightings = sightings
+        self._coalesce_max = coalesce_max
+        self._together: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
+            self._lease_together, max_items=self._claimers_per_statement
+        )
+
+    async def claim(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+        if self._sightings is not None:
+            # in memory only; written to ops_workers off the claim path (sightings.py)
+            self._sightings.record(spec.worker_id, spec.labels, spec.labels_mode.value, spec.limit)
+        deadline = time.monotonic() + spec.wait_seconds
+        while True:
+            # Take the wake-up token before looking, so an emission between an empty
+            # claim and the wait is never missed.
+            waits = self._signal is not None and spec.wait_seconds and not self._signal.draining
+            token = self._signal.token() if self._signal and waits else None
+            runs = await self._claim_once(spec)
+            remaining = deadline - time.monotonic()
+            if runs or token is None or remaining <= 0:
+                return runs
+            if not await token.wait(remaining):
+                return []
+
+    async def _claim_once(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+        labels = tuple(spec.labels or ())
+        key = ClaimKey("none" if not labels else spec.labels_mode.value, labels, spec.limit)
+        started = time.perf_counter()
+        # Autocommit statements, no BEGIN/COMMIT round trips; when nothing is stale the
+        # reclaim writes nothing.
+        rows = await self._together.submit(key, Claimer(spec.worker_id, spec.lease_seconds))
+        stale: list[asyncpg.Record] = []
+        if not rows:
+            args = (spec.worker_id, spec.lease_seconds, spec.limit, key.labels_mode, list(labels))
+
+            async def reclaim_then_claim(
+                conn: PoolConnectionProxy[asyncpg.Record],
+            ) -> list[asyncpg.Record]:
+                # One bounded batch at a time, until a batch comes back short: then every
+                # stale claim this claim could lock is reopened, so it selects in claim
+                # order among all of them (a claim never leases a run that ranks below a
+                # stale claim left for a later batch). A row another transaction holds (a
+                # concurrent claim's reclaim, a close being refused) is skipped, not
+                # waited for: that reclaim reopens it, or the next claim does.
+                while True:
+                    batch = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+                    stale.extend(batch)
+                    if len(batch) < queries.RECLAIM_STALE_BATCH:
+                        break
+                return await conn.fetch(queries.CLAIM, *args)
+
+            # A reclaim repeated finds nothing left to reopen: safe to run again when the
+            # claim statement was never sent.
+            rows = await self._run(reclaim_then_claim)
+        self._metrics.claim_latency.observe(time.perf_counter() - started)
+        record_ended_leases(self._metrics, stale, trigger="claim")
+        self._metrics.claimed.inc(len(rows))
+        for row in rows:
+            log.info(
+                "run claimed",
+                extra={
+                    "run_id": str(row["id"]),
+                    "worker_id": spec.worker_id,
+                    "attempt": row["attempt"],
+                },
+            )
+        return [project(r) for r in rows]
+
+    def _claimers_per_statement(self, key: ClaimKey) -> int:
+        return min(self._coalesce_max, MAX_ROWS_PER_CLAIM_STATEMENT // key.limit)
+
+    async def _lease_together(
+        self, key: ClaimKey, claimers: list[Claimer]
+    ) -> list[list[asyncpg.Record]]:
+        """One leasing statement for claims that arrived together: the rows of each."""
+        self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
+        labels = list(key.labels)
+        if len(claimers) == 1 and key.limit <= queries.CLAIM_LIMIT_CEILING:
+            one = claimers[0]
+            args = (one.worker_id, one.lease_seconds, key.limit, key.labels_mode, labels)
+            return [await self._run(lambda conn: conn.fetch(queries.CLAIM_UNLESS_STALE, *args))]
+        rows = await self._run(
+            lambda conn: conn.fetch(
+                queries.CLAIM_MANY_UNLESS_STALE,
+                [c.worker_id for c in claimers],
+                [c.lease_seconds for c in claimers],
+                key.limit,
+                key.labels_mode,
+                labels,
+            ),
+        )
+        leased: list[list[asyncpg.Record]] = [[] for _ in claimers]
+        for row in sorted(rows, key=lambda r: r["claim_rank"]):
+            leased[row["claimer"] - 1].append(row)
+        return leased
+
+    async def _run(
+        self,
+        work: Callable[[PoolConnectionProxy[asyncpg.Record]], Awaitable[list[asyncpg.Record]]],
+    ) -> list[asyncpg.Record]:
+        # Claim statements set no session state (queries.py): the release may skip the
+        # session reset query, a round trip per claim.
+        return await run_unit(self._pool, Unit.STATEMENTS, work, untouched=True)
