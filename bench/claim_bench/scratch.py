@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import signal
 import sys
-import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
+
+from ops_testsupport import databases
+from ops_testsupport.databases import create_database, database_name
 
 __all__ = [
     "LEFTOVERS",
@@ -25,7 +26,6 @@ __all__ = [
     "final_cleanup",
     "scratch_database",
     "sigint_ignored",
-    "with_database",
 ]
 
 
@@ -52,31 +52,18 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def with_database(dsn: str, name: str) -> str:
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-
-
 async def drop_database(server_dsn: str, name: str) -> None:
-    admin = await asyncpg.connect(server_dsn, timeout=10)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    await databases.drop_database(server_dsn, name)
     LEFTOVERS.databases.discard(name)
 
 
 @contextlib.asynccontextmanager
 async def scratch_database(server_dsn: str) -> AsyncIterator[str]:
-    name = f"bench_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(server_dsn, timeout=10)
+    name = database_name("bench")
+    LEFTOVERS.databases.add(name)
+    dsn = await create_database(server_dsn, name)
     try:
-        LEFTOVERS.databases.add(name)
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield with_database(server_dsn, name)
+        yield dsn
     finally:
         with sigint_ignored():
             print(f"· dropping scratch database {name}", flush=True)

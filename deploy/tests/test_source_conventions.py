@@ -33,11 +33,13 @@ def _modules() -> list[Path]:
 
 def _declared(tree: ast.Module) -> list[str] | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign):
-            targets = [node.target]
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            value = node.value
             assert isinstance(value, ast.List | ast.Tuple), "__all__ is a literal list"
             return [ast.literal_eval(element) for element in value.elts]
     return None

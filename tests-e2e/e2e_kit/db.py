@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import urllib.parse
-import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import asyncpg
 
-__all__ = ["Db", "fresh_database", "with_database"]
+from ops_testsupport import databases
+from ops_testsupport.databases import create_database, database_name, with_database
+
+__all__ = ["Db", "drop_database", "fresh_database", "with_database"]
 
 T = TypeVar("T")
 
@@ -30,11 +31,6 @@ class _Loop:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
         self.loop.close()
-
-
-def with_database(dsn: str, name: str) -> str:
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
 
 
 class Db:
@@ -72,18 +68,18 @@ class Db:
 
 def fresh_database(server_dsn: str, prefix: str = "e2e") -> tuple[str, str]:
     """CREATE DATABASE on the server; (its name, its DSN)."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    admin = Db(server_dsn)
+    name = database_name(prefix)
+    loop = _Loop()
     try:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        dsn = loop.run(create_database(server_dsn, name))
     finally:
-        admin.close()
-    return name, with_database(server_dsn, name)
+        loop.close()
+    return name, dsn
 
 
 def drop_database(server_dsn: str, name: str) -> None:
-    admin = Db(server_dsn)
+    loop = _Loop()
     try:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        loop.run(databases.drop_database(server_dsn, name))
     finally:
-        admin.close()
+        loop.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,6 +13,7 @@ import httpx
 
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings
+from ops_testsupport.lifespan import running
 
 OPERATOR_TOKEN = "operator-token-0123456789abcdef"
 WORKER_TOKEN = "worker-token-0123456789abcdef"
@@ -29,17 +32,21 @@ def settings_env(**overrides: Any) -> dict[str, Any]:
     return {k: v for k, v in env.items() if v is not None}
 
 
-async def start_app(
+@asynccontextmanager
+async def running_app(
     dsn: str, *, worker_fast_path: bool = True, **env: Any
-) -> tuple[AppClient, Any]:
+) -> AsyncIterator[AppClient]:
+    """An app on `dsn` with its lifespan running, and an httpx client bound to it; both
+    closed when the block ends."""
     settings = load_settings(**settings_env(**env))
     app = create_app(settings, dsn=dsn, worker_fast_path=worker_fast_path)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
-    )
-    return AppClient(app, client, settings.worker_token), lifespan
+    async with (
+        running(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
+        ) as client,
+    ):
+        yield AppClient(app, client, settings.worker_token)
 
 
 class AppClient:

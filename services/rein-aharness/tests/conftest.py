@@ -15,11 +15,7 @@ from ops_evidence.fields import bounded_list, git_object_id, repo_path
 from rein_aharness.outbox import OutboxStore, Retention
 from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
     activity_core,
-    db,
-    db_dsn,
     repos,
-    server_dsn,
-    template_name,
 )
 
 WORKER = "rein-aharness@railiance01"

@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import textwrap
-import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +21,10 @@ import httpx
 import pytest
 
 from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
-from activity_core.db.migrate import migrate
-from activity_core.db.pool import init_connection
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings as load_ac_settings
 from ops_contracts import OpsRun
+from ops_testsupport.lifespan import running
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore, resolve_outbox_root
 from rein_aharness.profiles import ProfileCatalogue, load_catalogue
@@ -68,65 +65,7 @@ GIT_ENV = {
 }
 
 
-# -- PostgreSQL: a migrated template, one cloned database per test -----------------------
-
-
-def _with_database(dsn: str, name: str) -> str:
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
-
-
-@pytest.fixture(scope="session")
-def server_dsn() -> Iterator[str]:
-    url = os.environ.get("TEST_DATABASE_URL")
-    if url:
-        yield url
-        return
-    from activity_core.db.embedded import start_embedded
-
-    state = Path(tempfile.mkdtemp(prefix="rein-aharness-test-"))
-    dsn, handle = start_embedded(state, database="postgres")
-    yield dsn
-    del handle
-
-
-@pytest.fixture(scope="session")
-async def template_name(server_dsn: str) -> AsyncIterator[str]:
-    name = f"rein_template_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        conn = await asyncpg.connect(_with_database(server_dsn, name))
-        try:
-            await migrate(conn)
-        finally:
-            await conn.close()
-        yield name
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-@pytest.fixture
-async def db_dsn(server_dsn: str, template_name: str) -> AsyncIterator[str]:
-    name = f"rein_test_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_name}"')
-        yield _with_database(server_dsn, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-@pytest.fixture
-async def db(db_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(db_dsn)
-    await init_connection(conn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
+# -- activity-core in process (the databases come from the ops_testsupport plugin) ----------
 
 
 @dataclass
@@ -150,13 +89,8 @@ def activity_core_app(dsn: str, **env: Any) -> Any:
 
 @pytest.fixture
 async def activity_core(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[ActivityCore]:
-    app = activity_core_app(db_dsn)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    try:
+    async with running(activity_core_app(db_dsn)) as app:
         yield ActivityCore(app=app, seeded=SeededQueue(db), db=db)
-    finally:
-        await lifespan.__aexit__(None, None, None)
 
 
 # -- git ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ac_testkit import WORKER_ID, AppClient, SeededQueue, start_app
+from ac_testkit import WORKER_ID, AppClient, SeededQueue, running_app
 from activity_core.http.request_metrics import RequestMetrics
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.run_ages import RunAges
@@ -78,18 +78,13 @@ async def test_each_api_process_exports_the_ages_from_its_start(
     db_dsn: str, seeded: SeededQueue
 ) -> None:
     await seeded.run(created_at=ago(hours=1))
-    api, lifespan = await start_app(db_dsn)
-    try:
-        async with asyncio.timeout(10):
-            while True:
-                samples = await scrape(api)
-                age = samples.get(("ops_runs_oldest_age_seconds", (("state", "open"),)))
-                if age is not None:
-                    break
-                await asyncio.sleep(0.05)
-    finally:
-        await api.http.aclose()
-        await lifespan.__aexit__(None, None, None)
+    async with running_app(db_dsn) as api, asyncio.timeout(10):
+        while True:
+            samples = await scrape(api)
+            age = samples.get(("ops_runs_oldest_age_seconds", (("state", "open"),)))
+            if age is not None:
+                break
+            await asyncio.sleep(0.05)
     assert 3600 <= age < 3600 + 60
     assert samples[("ops_runs_oldest_age_seconds", (("state", "claimed"),))] == 0.0
 
@@ -164,14 +159,10 @@ async def test_a_database_outage_is_counted_as_5xx_of_the_routes_it_hit(db_dsn: 
     user = parts.netloc.rpartition("@")[0]
     host = f"127.0.0.1:{_unused_port()}"
     away = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
-    api, lifespan = await start_app(away)
-    try:
+    async with running_app(away) as api:
         assert (await api.claim()).status_code == 503
         assert (await api.http.get("/readyz")).status_code == 503
         samples = await scrape(api)
-    finally:
-        await api.http.aclose()
-        await lifespan.__aexit__(None, None, None)
     assert requests(samples, "/ops-runs/claim", 503) == 1
     assert requests(samples, "/readyz", 503, method="GET") == 1
 

@@ -32,8 +32,8 @@ from ac_testkit import (
     WORKER_TOKEN,
     AppClient,
     SeededQueue,
+    running_app,
     settings_env,
-    start_app,
 )
 from activity_core.db.pool import APPLICATION_NAME
 from activity_core.db.unavailable import Step, Unit, is_unavailable, may_run_again
@@ -93,12 +93,8 @@ async def holding(db_dsn: str, statement: str, *args: Any) -> AsyncIterator[None
 
 @pytest.fixture(params=["fast-path", "routes"])
 async def door(request: pytest.FixtureRequest, db_dsn: str) -> AsyncIterator[AppClient]:
-    client, life = await start_app(db_dsn, worker_fast_path=request.param == "fast-path")
-    try:
+    async with running_app(db_dsn, worker_fast_path=request.param == "fast-path") as client:
         yield client
-    finally:
-        await client.http.aclose()
-        await life.__aexit__(None, None, None)
 
 
 async def claimed_run(seeded: SeededQueue) -> uuid.UUID:

@@ -18,6 +18,7 @@ The other tests here hold the document's operation ids, security and docs pages.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -42,8 +43,8 @@ from ac_testkit import (
     WORKER_TOKEN,
     AppClient,
     SeededQueue,
+    running_app,
     settings_env,
-    start_app,
 )
 from activity_core.http import (
     routes_automation_pause,
@@ -470,15 +471,12 @@ async def walk_apps(
         "ACTIVITY_CORE_MAX_BODY_BYTES": MAX_BODY_BYTES,
         "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}",
     }
-    started: list[tuple[AppClient, Any]] = []
-    try:
-        for dsn in (db_dsn, UNREACHABLE_DSN, empty_dsn):
-            started.append(await start_app(dsn, **env))
-        yield dict(zip(("up", "down", "empty"), (pair[0] for pair in started), strict=True))
-    finally:
-        for client, lifespan in started:
-            await client.http.aclose()
-            await lifespan.__aexit__(None, None, None)
+    async with contextlib.AsyncExitStack() as stack:
+        started = [
+            await stack.enter_async_context(running_app(dsn, **env))
+            for dsn in (db_dsn, UNREACHABLE_DSN, empty_dsn)
+        ]
+        yield dict(zip(("up", "down", "empty"), started, strict=True))
 
 
 async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) -> None:

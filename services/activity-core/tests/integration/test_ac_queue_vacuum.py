@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from ac_testkit import SeededQueue, start_app
+from ac_testkit import SeededQueue, running_app
 from activity_core.db.pool import create_pool
 from activity_core.queue import queries
 from activity_core.queue.metrics import QueueMetrics
@@ -279,8 +279,7 @@ async def test_the_app_runs_the_loop_with_its_setting_and_reports_dead_rows(
     db: asyncpg.Connection, seeded: SeededQueue, db_dsn: str
 ) -> None:
     await churn(db, seeded, runs=200, claimed=30)
-    client, lifespan = await start_app(db_dsn, ACTIVITY_CORE_QUEUE_VACUUM_DEAD_ROWS=50_000)
-    try:
+    async with running_app(db_dsn, ACTIVITY_CORE_QUEUE_VACUUM_DEAD_ROWS=50_000) as client:
         response = None
         for _ in range(100):
             response = await client.http.get("/metrics")
@@ -289,9 +288,6 @@ async def test_the_app_runs_the_loop_with_its_setting_and_reports_dead_rows(
             await asyncio.sleep(0.05)
         assert response is not None
         assert "ops_runs_dead_rows 30.0" in response.text
-    finally:
-        await client.http.aclose()
-        await lifespan.__aexit__(None, None, None)
 
 
 async def test_a_fault_in_a_check_is_logged_and_the_loop_goes_on(

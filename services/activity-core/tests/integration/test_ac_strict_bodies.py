@@ -18,7 +18,7 @@ import asyncpg
 import httpx
 import pytest
 
-from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, start_app
+from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, running_app
 from activity_core.http.body_guard import (
     MAX_JSON_DEPTH,
     BodyRejected,
@@ -158,12 +158,8 @@ async def rows(seeded: SeededQueue) -> Rows:
 
 @pytest.fixture(params=["fast-path", "routes"])
 async def door(request: pytest.FixtureRequest, db_dsn: str) -> AsyncIterator[AppClient]:
-    client, life = await start_app(db_dsn, worker_fast_path=request.param == "fast-path")
-    try:
+    async with running_app(db_dsn, worker_fast_path=request.param == "fast-path") as client:
         yield client
-    finally:
-        await client.http.aclose()
-        await life.__aexit__(None, None, None)
 
 
 async def post(

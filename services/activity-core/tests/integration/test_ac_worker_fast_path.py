@@ -22,7 +22,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, start_app
+from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, running_app
 from activity_core.db.pool import init_connection
 from activity_core.http.routes_queue import router as queue_router
 from activity_core.http.worker_fast_path import WorkerFastPath, match_worker_path
@@ -262,9 +262,10 @@ async def rows(dsn: str) -> list[dict[str, Any]]:
 async def test_both_doors_answer_and_write_alike(db_dsn: str, twin_db_dsn: str) -> None:
     await seed(db_dsn)
     await seed(twin_db_dsn)
-    fast, fast_life = await start_app(db_dsn, worker_fast_path=True)
-    routed, routed_life = await start_app(twin_db_dsn, worker_fast_path=False)
-    try:
+    async with (
+        running_app(db_dsn, worker_fast_path=True) as fast,
+        running_app(twin_db_dsn, worker_fast_path=False) as routed,
+    ):
         statuses = set()
         for s in SEQUENCE:
             a, b = await send(fast.http, s), await send(routed.http, s)
@@ -275,10 +276,6 @@ async def test_both_doors_answer_and_write_alike(db_dsn: str, twin_db_dsn: str) 
         # The sequence reached every kind of answer, so the comparison covered them all.
         assert statuses == {200, 401, 403, 404, 409, 413, 415, 422}
         assert await rows(db_dsn) == await rows(twin_db_dsn)
-    finally:
-        for client, life in ((fast, fast_life), (routed, routed_life)):
-            await client.http.aclose()
-            await life.__aexit__(None, None, None)
 
 
 async def test_an_unmigrated_database_is_the_same_503_through_both_doors(
@@ -286,13 +283,9 @@ async def test_an_unmigrated_database_is_the_same_503_through_both_doors(
 ) -> None:
     answers = []
     for fast_path in (True, False):
-        client, life = await start_app(empty_dsn, worker_fast_path=fast_path)
-        try:
+        async with running_app(empty_dsn, worker_fast_path=fast_path) as client:
             claim = step("/ops-runs/claim", {"worker_id": WORKER_ID})
             answers.append(await send(client.http, claim))
-        finally:
-            await client.http.aclose()
-            await life.__aexit__(None, None, None)
     assert answers[0].status_code == 503
     assert answers[0].json()["code"] == "schema_not_current"
     assert answers[0].headers["retry-after"] == "5"
