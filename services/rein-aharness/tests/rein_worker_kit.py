@@ -23,7 +23,7 @@ import pytest
 from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings as load_ac_settings
-from ops_contracts import OpsRun
+from ops_testsupport.factories import ops_run
 from ops_testsupport.lifespan import running
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore, resolve_outbox_root
@@ -333,33 +333,3 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 
 
 # -- a run projection, for tests without a queue -----------------------------------
-
-
-def ops_run(**overrides: Any) -> OpsRun:
-    run: dict[str, Any] = {
-        "id": "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f",
-        "activity_definition_id": "0b7f3c1e-5d2a-4c8e-9f10-2a3b4c5d6e7f",
-        "idempotency_key": "fi-daily-brief:daily-brief:scheduled:2026-01-01",
-        "target_repo": "research/briefs",
-        "title": "Research brief",
-        "description": "",
-        "labels": ["automated"],
-        "priority": "medium",
-        "state": "claimed",
-        "claim_owner": "rein-aharness@railiance01",
-        "lease_until": "2026-01-01T12:15:00Z",
-        "attempt": 1,
-        "source_type": "rule",
-        "source_id": "daily-brief",
-        "triggering_event_id": "scheduled:2026-01-01",
-        "approach_hint": None,
-        "harness_profile_ref": "harness.brief@1.0.0",
-        "execution_refs": {},
-        "repository_grant": None,
-        "result": None,
-        "last_error": None,
-        "created_at": "2026-01-01T06:00:00Z",
-        "updated_at": "2026-01-01T06:00:00Z",
-    }
-    run.update(overrides)
-    return OpsRun.model_validate(run)
