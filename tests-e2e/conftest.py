@@ -1,6 +1,6 @@
 """The end-to-end suite: both services as real processes, on real PostgreSQL and Temporal.
 
-Once per session (ops_demo.processes supervises everything):
+Once per session (ops_devsupport.processes supervises everything):
 
 - PostgreSQL: a fresh database on the server named by TEST_DATABASE_URL, else an
   embedded server of the session's own;
@@ -35,8 +35,8 @@ from e2e_kit.scenarios import (
 )
 from e2e_kit.stack import Stack, new_token, processes_under, start_stack
 from ops_demo.postgres import EmbeddedPostgres
-from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.stack import base_environment, temporal_dev_server
+from ops_devsupport.processes import ManagedProcess, Supervisor
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ from e2e_kit.stack import (
     outbox,
     processes_under,
 )
-from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-cancel"
 WORKER = "e2e-cancel"

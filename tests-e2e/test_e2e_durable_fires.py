@@ -39,7 +39,6 @@ from e2e_kit.flaky_hub import FlakyHub
 from e2e_kit.stack import Stack, new_token
 from e2e_kit.tcp_proxy import TcpProxy
 from ops_demo.postgres import EmbeddedPostgres
-from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.stack import (
     ActivityCoreConfig,
     activity_core_migrate,
@@ -48,6 +47,7 @@ from ops_demo.stack import (
     console_script,
     sync_definitions,
 )
+from ops_devsupport.processes import ManagedProcess, Supervisor
 
 SLUG = "e2e-durable"
 TASK_QUEUE = "e2e-durable"

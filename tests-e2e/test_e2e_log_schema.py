@@ -12,7 +12,7 @@ The schema is written down once, here (`SCHEMA`, `parse_line`), and held against
 - an uncaught exception, in each service's excepthook, and in `activity-core serve`
   crashing at start: one line with its traceback, not Python's text.
 
-The processes' stdout and stderr go to one log (ops_demo.processes); neither writes to
+The processes' stdout and stderr go to one log (ops_devsupport.processes); neither writes to
 stdout, so each line checked is a line of stderr.
 """
 
@@ -37,7 +37,6 @@ import rein_aharness.worker.logs as rein_aharness_logs
 from e2e_kit.db import Db
 from e2e_kit.git import make_repository
 from e2e_kit.stack import new_token
-from ops_demo.processes import ManagedProcess, Supervisor, wait_until
 from ops_demo.stack import (
     ActivityCoreConfig,
     WorkerConfig,
@@ -46,6 +45,7 @@ from ops_demo.stack import (
     console_script,
     rein_worker,
 )
+from ops_devsupport.processes import ManagedProcess, Supervisor, wait_until
 
 # -- the schema ---------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ import pytest
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
-from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
 from ops_demo.stack import console_script
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-lost"
 

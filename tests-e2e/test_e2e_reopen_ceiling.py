@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from e2e_kit.git import landing_branches
 from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
-from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-reopen"
 

@@ -21,8 +21,8 @@ from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import RESTART_DEFINITIONS, write_definitions
 from e2e_kit.stack import Stack, approaches, log_lines, outbox, start_stack, ui_facts
 from ops_demo.postgres import EmbeddedPostgres
-from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.repository import git
+from ops_devsupport.processes import ManagedProcess, Supervisor
 
 SLUG = "e2e-restart"
 WORKERS = ("e2e-restart-1", "e2e-restart-2")

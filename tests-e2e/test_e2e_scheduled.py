@@ -12,8 +12,8 @@ import json
 from e2e_kit.git import commits_on, landing_branches, show
 from e2e_kit.stack import FORGEJO, Stack, outbox
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
-from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-scheduled"
 

@@ -18,7 +18,7 @@ import pytest
 from e2e_kit.git import landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, approaches, outbox
-from ops_demo.processes import ManagedProcess
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-stale"
 WORKER = "e2e-stale"

@@ -10,7 +10,7 @@ import httpx
 
 from e2e_kit.git import landing_branches
 from e2e_kit.stack import Stack, log_lines, new_token, outbox, ui_facts
-from ops_demo.processes import ManagedProcess
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-auth"
 

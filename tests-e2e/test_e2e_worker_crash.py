@@ -16,8 +16,8 @@ from e2e_kit.stack import (
     processes_under,
     ui_facts,
 )
-from ops_demo.processes import ManagedProcess
 from ops_demo.repository import git
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-kill"
 

@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from activity_core.temporal.dev_server import free_port
 from claim_bench.drivers import Worker
 from claim_bench.errors import BenchError
 from claim_bench.plan import LEASE_SECONDS, MAX_ATTEMPTS
@@ -32,19 +32,11 @@ __all__ = [
     "OWN_VARIABLES",
     "ApiServer",
     "api_server",
-    "free_port",
     "serve_command",
     "server_log_note",
     "stop_process",
     "wait_ready",
 ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _die_with_parent(parent: int) -> Callable[[], None]:

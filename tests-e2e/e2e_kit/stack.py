@@ -16,17 +16,18 @@ from typing import Any, TypeVar
 
 import asyncpg
 import httpx
+import psutil
 
 from activity_core.definitions.model import definition_uuid
 from e2e_kit.db import Db
 from e2e_kit.hub import StubHub
 from ops_demo.api import OpsApi
-from ops_demo.processes import ManagedProcess, Supervisor
 from ops_demo.stack import (
     ActivityCoreConfig,
     WorkerConfig,
     rein_worker,
 )
+from ops_devsupport.processes import ManagedProcess, Supervisor
 
 __all__ = ["Stack", "log_lines", "outbox", "processes_under"]
 
@@ -253,17 +254,15 @@ def approaches(workers: Iterable[ManagedProcess], ended: bool = False) -> list[t
 def approach_processes(run_id: str, attempt: int) -> list[int]:
     """Pids of processes of one approach (its REIN_RUN_ID and REIN_RUN_ATTEMPT): in its
     sandbox its working directory is /workspace, which says nothing on the host."""
-    wanted = {f"REIN_RUN_ID={run_id}".encode(), f"REIN_RUN_ATTEMPT={attempt}".encode()}
+    wanted = {"REIN_RUN_ID": run_id, "REIN_RUN_ATTEMPT": str(attempt)}
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            environ = set(entry.joinpath("environ").read_bytes().split(b"\0"))
-        except OSError:
+            environ = process.environ()
+        except psutil.Error:
             continue
-        if wanted <= environ:
-            found.append(int(entry.name))
+        if all(environ.get(key) == value for key, value in wanted.items()):
+            found.append(process.pid)
     return found
 
 
@@ -271,15 +270,13 @@ def processes_under(directories: Iterable[Path]) -> list[int]:
     """Pids of processes whose working directory lies under any of `directories`."""
     roots = [d.resolve() for d in directories]
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            cwd = Path(entry.joinpath("cwd").readlink())
-        except OSError:
+            cwd = Path(process.cwd())
+        except psutil.Error:
             continue
         if any(cwd == root or cwd.is_relative_to(root) for root in roots):
-            found.append(int(entry.name))
+            found.append(process.pid)
     return found
 
 
@@ -351,19 +348,17 @@ def start_stack(
 
 def processes_mentioning(text: str) -> list[str]:
     """Processes whose command line or environment contains `text` (`pid: command`)."""
-    needle = text.encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
             continue
         try:
-            cmdline = entry.joinpath("cmdline").read_bytes()
-            environ = entry.joinpath("environ").read_bytes()
-        except OSError:
+            command = " ".join(process.cmdline())
+            environ = process.environ()
+        except psutil.Error:
             continue
-        if needle in cmdline or needle in environ:
-            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry.name}: {command}")
+        if text in command or any(text in f"{k}={v}" for k, v in environ.items()):
+            found.append(f"{process.pid}: {command}")
     return found
 
 

@@ -35,8 +35,6 @@ import httpx
 
 from ops_demo.api import ApiError, OpsApi
 from ops_demo.postgres import EmbeddedPostgres
-from ops_demo.processes import LOCAL_HOST, ProcessFailed, Supervisor, free_port
-from ops_demo.processes import port_is_open as _port_is_open
 from ops_demo.progress import RunFollower
 from ops_demo.repository import GitFailed, init_repository
 from ops_demo.stack import (
@@ -50,6 +48,8 @@ from ops_demo.stack import (
     sync_definitions,
     temporal_dev_server,
 )
+from ops_devsupport.processes import LOCAL_HOST, ProcessFailed, Supervisor, free_port
+from ops_devsupport.processes import port_is_open as _port_is_open
 
 __all__ = ["main"]
 

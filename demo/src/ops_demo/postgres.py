@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ops_demo.processes import ProcessFailed
+from ops_devsupport.processes import ProcessFailed, command_line
 
 __all__ = ["EmbeddedPostgres"]
 
@@ -123,11 +123,8 @@ class EmbeddedPostgres:
             pid = int(pid_file.read_text(encoding="utf-8").split("\n", 1)[0])
         except (OSError, ValueError):
             return False
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-        return b"postgres" in cmdline
+        command = command_line(pid)
+        return command is not None and "postgres" in command
 
     def _system_user(self) -> str | None:
         user = getattr(self._handle, "system_user", None)

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops_demo.processes import (
+from ops_devsupport.processes import (
     CommandResult,
     ManagedProcess,
     Probe,

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from activity_core.temporal.dev_server import free_port
 
 EXECUTABLE = Path(sys.executable).with_name("activity-core")
 
@@ -35,13 +36,6 @@ class Done:
 
     def json(self) -> Any:
         return json.loads(self.out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def serve_env(db_dsn: str, **settings: str) -> dict[str, str]:

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import json
 import re
-import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from activity_core.http import (
 from activity_core.http.app import create_app
 from activity_core.http.credentials import Credential, credential_of
 from activity_core.settings import load_settings
+from activity_core.temporal.dev_server import free_port
 from ops_contracts import REFUSAL_HTTP_STATUS, ErrorBody, RefusalCode
 
 VIEWER_TOKEN = "viewer-token-0123456789abcdef"
@@ -445,13 +445,6 @@ VALID: dict[str, Valid] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def operators_file(tmp_path: Path) -> Path:
     digest = "sha256:" + hashlib.sha256(VIEWER_TOKEN.encode()).hexdigest()
@@ -469,7 +462,7 @@ async def walk_apps(
     env: dict[str, Any] = {
         "ACTIVITY_CORE_OPERATORS_FILE": str(operators_file),
         "ACTIVITY_CORE_MAX_BODY_BYTES": MAX_BODY_BYTES,
-        "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}",
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
     }
     async with contextlib.AsyncExitStack() as stack:
         started = [

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ac_serve import Done, free_port, serve_env, serve_process
+from ac_serve import Done, serve_env, serve_process
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, SeededQueue
 from activity_core.operator.cli import main
+from activity_core.temporal.dev_server import free_port
 
 VIEWER_TOKEN = "viewer-token-for-the-cli-test-0123"
 

@@ -1,4 +1,5 @@
-"""A small process supervisor, shared by `ops-demo` and the end-to-end suite.
+"""A small process supervisor, shared by `ops-demo`, the end-to-end suite and the tests
+that start processes.
 
 Every process runs in its own session (so its own process group): a Ctrl-C in the
 terminal reaches only the supervising program, which then stops its children in order.
@@ -39,6 +40,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
+import psutil
+
 __all__ = [
     "CommandResult",
     "ManagedProcess",
@@ -46,6 +49,7 @@ __all__ = [
     "ProcessFailed",
     "Supervisor",
     "all_of",
+    "command_line",
     "free_port",
     "http_ok",
     "log_contains",
@@ -140,45 +144,39 @@ class _Pid:
     """A pid and its start time, so a recycled pid is never mistaken for it."""
 
     pid: int
-    started: int
+    started: float
 
     def alive(self) -> bool:
         return _start_time(self.pid) == self.started
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _start_time(pid: int) -> float | None:
+    """When the process started; None when it is gone or a zombie."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        started: float = process.create_time()
+        return started
+    except psutil.Error:
         return None
-    # the command name (field 2) may contain spaces and parentheses: split after it
-    return raw[raw.rfind(")") + 2 :].split()
 
 
-def _start_time(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] == "Z":
+def command_line(pid: int) -> str | None:
+    """The process's command line, its arguments joined by spaces; None when it is gone
+    or not ours to read."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return None
-    return int(fields[19])  # field 22 of stat: starttime
 
 
 def process_tree(root: int) -> list[int]:
-    """`root`'s descendants (not `root`), by parent links in /proc, at this moment."""
-    children: dict[int, list[int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            fields = _stat_fields(int(entry))
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
+    """`root`'s descendants (not `root`), by parent links, at this moment."""
+    try:
+        return [child.pid for child in psutil.Process(root).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def _snapshot(pids: Sequence[int]) -> list[_Pid]:
