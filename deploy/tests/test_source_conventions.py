@@ -66,3 +66,16 @@ def test_each_module_states_what_it_offers(path: Path) -> None:
     assert len(declared) == len(set(declared)), "a name is listed twice"
     missing = set(declared) - _bound_names(tree)
     assert not missing, f"__all__ names what the module does not have: {sorted(missing)}"
+
+
+def test_each_service_test_is_a_unit_or_an_integration_test() -> None:
+    """Both services file their tests the same way: tests/unit (no database, no process,
+    no network) and tests/integration; kits and conftest stay at tests/."""
+    misplaced = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "services").glob("*/tests/**/test_*.py"))
+        if path.parent.name == "tests"
+    ]
+    assert not misplaced, misplaced
+    for service in sorted((ROOT / "services").glob("*/tests")):
+        assert (service / "unit").is_dir() and (service / "integration").is_dir(), service

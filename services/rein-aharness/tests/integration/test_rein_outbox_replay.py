@@ -338,7 +338,7 @@ def test_replay_calls_only_the_close_callback(
 
 
 def test_the_outbox_package_imports_no_gateway_approach_or_repository_code() -> None:
-    source = Path(__file__).parents[1] / "src" / "rein_aharness" / "outbox"
+    source = Path(__file__).parents[2] / "src" / "rein_aharness" / "outbox"
     for module in source.glob("*.py"):
         text = module.read_text()
         for line in text.splitlines():

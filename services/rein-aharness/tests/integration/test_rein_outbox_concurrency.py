@@ -11,7 +11,7 @@ import pytest
 
 from rein_aharness.outbox import OutboxStore
 
-CHILD = Path(__file__).with_name("concurrent_child.py")
+CHILD = Path(__file__).parents[1] / "concurrent_child.py"
 
 
 def _enqueue(store: OutboxStore, count: int) -> set[str]:

@@ -50,7 +50,7 @@ def _profile(**overrides: Any) -> dict[str, Any]:
 
 
 def test_the_shipped_example_catalogue_loads() -> None:
-    example = Path(__file__).parents[3] / "examples" / "profiles.yaml"
+    example = Path(__file__).parents[4] / "examples" / "profiles.yaml"
     loaded = load_catalogue(example)
     assert "harness.agent-dev@1.0.0" in loaded.refs
 

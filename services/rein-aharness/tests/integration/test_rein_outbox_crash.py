@@ -49,7 +49,7 @@ from rein_aharness.outbox.durable import is_temp_name
 from rein_aharness.outbox.ledger import read_ledger
 from rein_aharness.outbox.record import OutboxRecord, parse_record
 
-CHILD = Path(__file__).with_name("crash_child.py")
+CHILD = Path(__file__).parents[1] / "crash_child.py"
 MODES = (
     "enqueue",
     "replay",
