@@ -29,6 +29,7 @@ from rein_aharness.worker.metrics import (
     CLOSE_RESULTS,
     FAILURE_REASONS,
     HEARTBEAT_RESULTS,
+    REPLAY_OUTCOMES,
     RUN_OUTCOMES,
     SKIP_REASONS,
     WorkerMetrics,
@@ -37,11 +38,14 @@ from rein_aharness.worker.metrics import (
 from rein_worker_kit import (
     FAST,
     GRANT,
+    WORKER_ID,
+    WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
     command_profile,
     outbox,
+    run_worker_once,
     worker_settings,
     write_catalogue,
 )
@@ -236,6 +240,7 @@ async def test_every_counter_starts_at_zero_for_each_of_its_label_values(
     assert _by(text, "ops_worker_runs_total", "outcome") == _zeros(*RUN_OUTCOMES)
     assert _by(text, "ops_worker_execution_failures_total", "reason") == _zeros(*FAILURE_REASONS)
     assert _by(text, "ops_worker_heartbeats_total", "result") == _zeros(*HEARTBEAT_RESULTS)
+    assert _by(text, "ops_worker_outbox_replays_total", "outcome") == _zeros(*REPLAY_OUTCOMES)
     assert _by(text, "ops_worker_closes_total", "path", "result") == _zeros(
         *(f"{path}/{result}" for path, results in CLOSE_RESULTS.items() for result in results)
     )
@@ -388,3 +393,42 @@ async def test_a_sandbox_failing_during_a_run_is_counted_and_the_worker_stops_cl
     assert skipped["replay_stopped"] == 0.0
     assert skipped["sandbox_unavailable"] >= 2
     assert _by(text, "ops_worker_execution_duration_seconds_count", "selection")["profiled"] == 1
+
+
+async def test_a_close_left_pending_and_delivered_by_a_later_replay_is_counted(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+) -> None:
+    """A close an earlier turn (or process) could not deliver is delivered by the next
+    replay pass: ops_worker_closes_total counted it as pending then, so the replay
+    counter is where its delivery shows."""
+    repos.make()
+    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
+    async with httpx.AsyncClient(
+        transport=activity_core.transport(), base_url="http://ac.test"
+    ) as http:
+        claimed = await http.post(
+            "/ops-runs/claim",
+            json={"worker_id": WORKER_ID, "labels": ["earlier"]},
+            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
+        )
+    [run] = claimed.json()["runs"]
+    outbox(settings).enqueue_close(
+        run_id=run["id"],
+        transaction_id=f"rtx-{run['id']}.1",
+        worker_id=WORKER_ID,
+        action="complete",
+        result={"ok": True},
+        error=None,
+        reopen=False,
+        attempt=run["attempt"],
+    )
+
+    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+
+    with serve_metrics(runtime.metrics.registry, "127.0.0.1", 0) as (host, port):
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://{host}:{port}/metrics")).text
+    replays = _by(text, "ops_worker_outbox_replays_total", "outcome")
+    assert replays == {**_zeros(*REPLAY_OUTCOMES), "delivered": 1.0}
+    assert (await activity_core.row(uuid.UUID(run["id"])))["state"] == "succeeded"

@@ -94,6 +94,7 @@ class Worker:
             replay = await _until(stop, self._closer.replay)
             if replay is None:
                 return
+            self._metrics.replayed(replay)
             if replay.stopped_early:
                 log.warning(_why_stopped(replay))
                 self._metrics.turn_skipped("replay_stopped")

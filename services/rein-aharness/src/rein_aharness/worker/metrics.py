@@ -19,6 +19,11 @@ Recorded as the worker works (loop.py, processor.py, lease.py):
     ops_worker_closes_total{path, result}     each run's own close: the disposition when
                                               delivered, else where it stands (CLOSE_RESULTS)
     ops_worker_heartbeats_total{result}       ok, failed (will retry), refused
+    ops_worker_outbox_replays_total{outcome}  entries the loop's replay passes handled:
+                                              delivered (a close left pending by an
+                                              earlier turn or process, delivered now),
+                                              failed (still pending), quarantined,
+                                              skipped, set_aside (REPLAY_OUTCOMES)
     ops_worker_execution_duration_seconds{selection}  histogram, profiled or legacy
     ops_worker_close_duration_seconds{path}   histogram, outbox or direct
 
@@ -56,13 +61,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore
+from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore, ReplayReport
 
 __all__ = [
     "CLAIM_RESULTS",
     "CLOSE_RESULTS",
     "FAILURE_REASONS",
     "HEARTBEAT_RESULTS",
+    "REPLAY_OUTCOMES",
     "RUN_OUTCOMES",
     "SKIP_REASONS",
     "OutboxCollector",
@@ -124,6 +130,9 @@ CLOSE_RESULTS: Final = {
     "direct": (*_DISPOSITIONS, "refused", "lost"),
 }
 
+# What a replay pass did with each entry (outbox/replay.py's Outcome).
+REPLAY_OUTCOMES: Final = ("delivered", "failed", "quarantined", "skipped", "set_aside")
+
 HeartbeatResult = Literal["ok", "failed", "refused"]
 HEARTBEAT_RESULTS: Final = ("ok", "failed", "refused")
 
@@ -173,6 +182,12 @@ class WorkerMetrics:
             ["path", "result"],
             registry=self.registry,
         )
+        self._replays = Counter(
+            "ops_worker_outbox_replays",
+            "close outbox entries the worker loop's replay passes handled, by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
         self._heartbeats = Counter(
             "ops_worker_heartbeats",
             "heartbeats by result: ok, failed (will retry), refused (the lease is lost)",
@@ -207,6 +222,8 @@ class WorkerMetrics:
             self._close.labels(path=path)
         for heartbeat in HEARTBEAT_RESULTS:
             self._heartbeats.labels(result=heartbeat)
+        for replayed in REPLAY_OUTCOMES:
+            self._replays.labels(outcome=replayed)
         for selection in SELECTIONS:
             self._execution.labels(selection=selection)
 
@@ -221,6 +238,11 @@ class WorkerMetrics:
 
     def execution_failed(self, reason: FailureReason) -> None:
         self._failures.labels(reason=reason).inc()
+
+    def replayed(self, report: ReplayReport) -> None:
+        """One replay pass of the loop: each entry it handled, by what became of it."""
+        for entry in report.outcomes:
+            self._replays.labels(outcome=entry.outcome).inc()
 
     def heartbeat(self, result: HeartbeatResult) -> None:
         self._heartbeats.labels(result=result).inc()
