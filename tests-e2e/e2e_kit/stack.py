@@ -27,7 +27,12 @@ from ops_demo.stack import (
     WorkerConfig,
     rein_worker,
 )
-from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_devsupport.processes import (
+    ManagedProcess,
+    Supervisor,
+    processes_with_environment,
+    processes_working_under,
+)
 
 __all__ = ["Stack", "log_lines", "outbox", "processes_under"]
 
@@ -254,30 +259,12 @@ def approaches(workers: Iterable[ManagedProcess], ended: bool = False) -> list[t
 def approach_processes(run_id: str, attempt: int) -> list[int]:
     """Pids of processes of one approach (its REIN_RUN_ID and REIN_RUN_ATTEMPT): in its
     sandbox its working directory is /workspace, which says nothing on the host."""
-    wanted = {"REIN_RUN_ID": run_id, "REIN_RUN_ATTEMPT": str(attempt)}
-    found = []
-    for process in psutil.process_iter():
-        try:
-            environ = process.environ()
-        except psutil.Error:
-            continue
-        if all(environ.get(key) == value for key, value in wanted.items()):
-            found.append(process.pid)
-    return found
+    return processes_with_environment(REIN_RUN_ID=run_id, REIN_RUN_ATTEMPT=str(attempt))
 
 
 def processes_under(directories: Iterable[Path]) -> list[int]:
     """Pids of processes whose working directory lies under any of `directories`."""
-    roots = [d.resolve() for d in directories]
-    found = []
-    for process in psutil.process_iter():
-        try:
-            cwd = Path(process.cwd())
-        except psutil.Error:
-            continue
-        if any(cwd == root or cwd.is_relative_to(root) for root in roots):
-            found.append(process.pid)
-    return found
+    return processes_working_under(list(directories))
 
 
 def new_token() -> str:

@@ -23,12 +23,13 @@ import pytest
 from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings as load_ac_settings
+from ops_devsupport.processes import processes_with_environment
 from ops_testsupport.factories import ops_run
 from ops_testsupport.lifespan import running
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore, resolve_outbox_root
 from rein_aharness.profiles import ProfileCatalogue, load_catalogue
-from rein_aharness.settings import Settings
+from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, WorkerRuntime, open_worker
 
 __all__ = [
@@ -234,20 +235,12 @@ def processes_of_run(run_id: str | uuid.UUID) -> list[int]:
     """Pids of processes started for `run_id` (REIN_RUN_ID in their environment): a
     sandboxed approach works in /workspace of its own mount namespace, so its working
     directory says nothing on the host."""
-    needle = f"REIN_RUN_ID={run_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found.append(int(entry.name))
-    return found
+    return processes_with_environment(REIN_RUN_ID=str(run_id))
 
 
-def worker_settings(tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any) -> Settings:
+def worker_settings(
+    tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any
+) -> ReinAharnessSettings:
     values: dict[str, Any] = {
         "activity_core_url": AC_BASE,
         "activity_core_worker_token": WORKER_TOKEN,
@@ -260,16 +253,16 @@ def worker_settings(tmp_path: Path, repos: Repos, catalogue: Path, **overrides: 
         "rein_aharness_backoff_seconds": 0.1,
     }
     values.update(overrides)
-    return Settings(**values)
+    return ReinAharnessSettings(**values)
 
 
-def outbox(settings: Settings) -> OutboxStore:
+def outbox(settings: ReinAharnessSettings) -> OutboxStore:
     assert settings.rein_aharness_state_dir is not None
     return OutboxStore(resolve_outbox_root(settings.rein_aharness_state_dir))
 
 
 async def run_worker_once(
-    settings: Settings,
+    settings: ReinAharnessSettings,
     transport: httpx.AsyncBaseTransport,
     *,
     retry: RetryPolicy = FAST,

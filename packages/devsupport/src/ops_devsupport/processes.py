@@ -48,13 +48,17 @@ __all__ = [
     "Probe",
     "ProcessFailed",
     "Supervisor",
+    "alive",
     "all_of",
+    "children",
     "command_line",
     "free_port",
     "http_ok",
     "log_contains",
     "port_open",
     "process_tree",
+    "processes_with_environment",
+    "processes_working_under",
     "wait_until",
 ]
 
@@ -169,6 +173,48 @@ def command_line(pid: int) -> str | None:
         return " ".join(psutil.Process(pid).cmdline())
     except psutil.Error:
         return None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    return _start_time(pid) is not None
+
+
+def children(pid: int) -> list[int]:
+    """`pid`'s direct children, at this moment."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def processes_with_environment(**wanted: str) -> list[int]:
+    """Pids of the processes (of those this user may read) whose environment holds every
+    `NAME=value` given: how a run's processes are found, whatever namespace or working
+    directory they ended up in."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            environ = process.environ()
+        except psutil.Error:
+            continue
+        if all(environ.get(name) == value for name, value in wanted.items()):
+            found.append(process.pid)
+    return found
+
+
+def processes_working_under(directories: Sequence[Path]) -> list[int]:
+    """Pids of the processes whose working directory lies under any of `directories`."""
+    roots = [directory.resolve() for directory in directories]
+    found = []
+    for process in psutil.process_iter():
+        try:
+            cwd = Path(process.cwd())
+        except psutil.Error:
+            continue
+        if any(cwd == root or cwd.is_relative_to(root) for root in roots):
+            found.append(process.pid)
+    return found
 
 
 def process_tree(root: int) -> list[int]:

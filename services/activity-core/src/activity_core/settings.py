@@ -16,6 +16,11 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
+from ops_runtime.settings_sources import (
+    SettingsSourceError,
+    parse_bind_address,
+    secret_from_file,
+)
 
 __all__ = [
     "SECRET_VARIABLES",
@@ -39,19 +44,6 @@ def _default_state_dir() -> Path:
 
 class SettingsError(Exception):
     """A setting has a bad value; the message names the variable."""
-
-
-def parse_bind_address(text: str) -> tuple[str, int]:
-    """`host:port` (`[v6]:port` for an IPv6 literal) as (host, port); ValueError otherwise.
-    Port 0 asks the kernel for a free one."""
-    host, colon, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not colon or not host or any(ch.isspace() for ch in host):
-        raise ValueError("must be host:port")
-    if not port.isascii() or not port.isdigit() or int(port) > 65_535:
-        raise ValueError("the port must be a number from 0 to 65535")
-    return host, int(port)
 
 
 def absolute_http_base(value: object) -> str | None:
@@ -309,35 +301,21 @@ SECRET_VARIABLES = (
     "ACTIVITY_CORE_WORKER_TOKEN",
     "ACTIVITY_CORE_METRICS_TOKEN",
 )
-_MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def secrets_from_files(environ: Mapping[str, str]) -> dict[str, str]:
     """The value of each SECRET_VARIABLES' `_FILE` that is set, by variable. Raises
     SettingsError (naming the `_FILE` variable, never the value) for a file that cannot
-    be read, is empty or too large, or when the variable itself is set as well."""
+    be read, is empty or too large, or when the variable itself is set as well
+    (ops_runtime.settings_sources, the rule both services read secrets by)."""
     found: dict[str, str] = {}
     for variable in SECRET_VARIABLES:
-        file_variable = f"{variable}_FILE"
-        path = environ.get(file_variable, "").strip()
-        if not path:
-            continue
-        if environ.get(variable, "").strip():
-            raise SettingsError(f"{file_variable}: {variable} is set as well; set only one")
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read(_MAX_SECRET_FILE_BYTES + 1)
-        except OSError as exc:
-            raise SettingsError(f"{file_variable}: cannot read {path} ({exc.strerror})") from None
-        if len(raw) > _MAX_SECRET_FILE_BYTES:
-            raise SettingsError(f"{file_variable}: {path} is larger than 64 KiB")
-        try:
-            value = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
-        except UnicodeDecodeError:
-            raise SettingsError(f"{file_variable}: {path} is not UTF-8 text") from None
-        if not value.strip():
-            raise SettingsError(f"{file_variable}: {path} is empty")
-        found[variable] = value
+            value = secret_from_file(variable, environ)
+        except SettingsSourceError as exc:
+            raise SettingsError(str(exc)) from None
+        if value is not None:
+            found[variable] = value
     return found
 
 

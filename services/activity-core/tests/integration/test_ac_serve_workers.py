@@ -26,6 +26,7 @@ import pytest
 from ac_serve import EXECUTABLE, serve_env, serve_process
 from ac_testkit import SeededQueue
 from activity_core.db.pool import init_connection
+from ops_devsupport.processes import alive, children, command_line
 
 OPERATOR_TOKEN = "operator-token-for-workers-test"
 WORKER_ID = "rein-aharness@workers-test"
@@ -33,18 +34,11 @@ WORKER_TOKEN = "worker-token-for-workers-test-0123"
 
 
 def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
-        found.update(int(child) for child in listing.read_text().split())
-    return found
+    return set(children(pid))
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return alive(pid)
 
 
 @dataclass
@@ -82,10 +76,7 @@ async def served(db_dsn: str) -> AsyncIterator[Served]:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    return command_line(pid) or ""
 
 
 _CLAIMED = re.compile(r"^ops_runs_claimed_total ([0-9.e+]+)$", re.MULTILINE)

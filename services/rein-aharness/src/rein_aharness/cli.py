@@ -26,7 +26,7 @@ from rein_aharness.adapters.queue_errors import QueueError
 from rein_aharness.operator.commands import adopt_command, replay_command, status_command
 from rein_aharness.operator.exit_codes import EXIT_CODE_HELP, ExitCode
 from rein_aharness.outbox.errors import OutboxIntegrityError, OutboxPathError
-from rein_aharness.settings import Settings, SettingsProblem, load_settings
+from rein_aharness.settings import ReinAharnessSettings, SettingsError, load_settings
 from rein_aharness.worker.app import load_worker_catalogue, run_worker
 from rein_aharness.worker.logs import configure_logging
 
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "adopt":
             return int(adopt_command(settings, as_json=args.json, out=sys.stdout))
         return int(replay_command(settings, limit=args.limit, as_json=args.json, out=sys.stdout))
-    except SettingsProblem as exc:
+    except SettingsError as exc:
         return _fail(str(exc), ExitCode.USAGE)
     except QueueError as exc:
         # Only a claim refused as invalid (a configuration problem) gets here.
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("interrupted", ExitCode.INTERRUPTED)
 
 
-def _run(settings: Settings, args: argparse.Namespace) -> int:
+def _run(settings: ReinAharnessSettings, args: argparse.Namespace) -> int:
     catalogue = load_worker_catalogue(settings)
 
     async def main() -> int:

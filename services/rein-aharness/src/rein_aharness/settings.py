@@ -18,34 +18,26 @@ from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
+from ops_runtime.settings_sources import (
+    SettingsSourceError,
+    parse_bind_address,
+    secret_from_file,
+)
 
 __all__ = [
     "SECRET_VARIABLES",
-    "Settings",
-    "SettingsProblem",
+    "ReinAharnessSettings",
+    "SettingsError",
     "load_settings",
     "parse_bind_address",
 ]
 
 
-class SettingsProblem(Exception):
+class SettingsError(Exception):
     """One line for the operator: which variable is wrong, and how."""
 
 
-def parse_bind_address(text: str) -> tuple[str, int]:
-    """`host:port` (`[v6]:port` for an IPv6 literal) as (host, port); ValueError otherwise.
-    Port 0 asks the kernel for a free one."""
-    host, colon, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not colon or not host or any(ch.isspace() for ch in host):
-        raise ValueError("must be host:port")
-    if not port.isascii() or not port.isdigit() or int(port) > 65_535:
-        raise ValueError("the port must be a number from 0 to 65535")
-    return host, int(port)
-
-
-class Settings(BaseSettings):
+class ReinAharnessSettings(BaseSettings):
     """Environment variables (empty counts as unset):
 
     ACTIVITY_CORE_URL           base URL of Activity Core's API (needed to replay/run)
@@ -166,39 +158,19 @@ class Settings(BaseSettings):
 # newline dropped. Setting both the variable and its `_FILE` is refused: which one wins
 # would otherwise be a guess.
 SECRET_VARIABLES = ("ACTIVITY_CORE_WORKER_TOKEN", "REIN_AHARNESS_GLAS_TOKEN")
-_MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def _secret_from_file(variable: str, environ: Mapping[str, str]) -> str | None:
-    """The value the file named by `<variable>_FILE` holds; None when that is unset or
-    empty. Raises SettingsProblem naming the `_FILE` variable (and the path, never the
-    contents) for a file that cannot be read, is empty, larger than 64 KiB or not UTF-8,
-    and when `variable` is set as well. `environ` is matched by upper-case names."""
-    file_variable = f"{variable}_FILE"
-    path = environ.get(file_variable, "").strip()
-    if not path:
-        return None
-    if environ.get(variable):
-        raise SettingsProblem(f"{file_variable}: {variable} is set as well; set only one")
+    """ops_runtime.settings_sources' rule, raising SettingsError (naming the `_FILE`
+    variable). `environ` is matched by upper-case names."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(_MAX_SECRET_FILE_BYTES + 1)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise SettingsProblem(f"{file_variable}: cannot read {path} ({reason})") from None
-    if len(raw) > _MAX_SECRET_FILE_BYTES:
-        raise SettingsProblem(f"{file_variable}: {path} is larger than 64 KiB")
-    try:
-        value = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
-    except UnicodeDecodeError:
-        raise SettingsProblem(f"{file_variable}: {path} is not UTF-8 text") from None
-    if not value.strip():
-        raise SettingsProblem(f"{file_variable}: {path} is empty")
-    return value
+        return secret_from_file(variable, environ)
+    except SettingsSourceError as exc:
+        raise SettingsError(str(exc)) from None
 
 
-def load_settings() -> Settings:
-    """Read the environment, and the credentials' `_FILE`s; raise SettingsProblem with
+def load_settings() -> ReinAharnessSettings:
+    """Read the environment, and the credentials' `_FILE`s; raise SettingsError with
     one line naming every bad variable (a value read from a file under its `_FILE`)."""
     # pydantic-settings matches names case-insensitively here; so does the both-set check.
     environ = {name.upper(): value for name, value in os.environ.items()}
@@ -207,13 +179,13 @@ def load_settings() -> Settings:
     for variable in SECRET_VARIABLES:
         try:
             value = _secret_from_file(variable, environ)
-        except SettingsProblem as exc:
+        except SettingsError as exc:
             problems.append(str(exc))
             continue
         if value is not None:
             from_files[variable.lower()] = value
     try:
-        settings = Settings(**from_files)
+        settings = ReinAharnessSettings(**from_files)
     except ValidationError as exc:
         for error in exc.errors():
             variable = str(error["loc"][0]).upper() if error["loc"] else "environment"
@@ -224,4 +196,4 @@ def load_settings() -> Settings:
     else:
         if not problems:
             return settings
-    raise SettingsProblem("invalid setting " + "; ".join(problems))
+    raise SettingsError("invalid setting " + "; ".join(problems))

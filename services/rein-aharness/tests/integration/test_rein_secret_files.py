@@ -19,7 +19,7 @@ import respx
 
 from rein_aharness.cli import main
 from rein_aharness.outbox import OutboxStore
-from rein_aharness.settings import SettingsProblem, load_settings
+from rein_aharness.settings import SettingsError, load_settings
 
 BASE = "http://activity-core.test"
 RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
@@ -158,7 +158,7 @@ def test_an_unusable_file_is_named_on_one_line(
 ) -> None:
     path, says = _problem(tmp_path, case)
     monkeypatch.setenv(file_variable, path)
-    with pytest.raises(SettingsProblem) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_settings()
     message = str(caught.value)
     assert message.startswith(f"invalid setting {file_variable}: ")
@@ -180,7 +180,7 @@ def test_the_variable_and_its_file_together_are_refused(
 ) -> None:
     monkeypatch.setenv(f"{variable}_FILE", _secret(tmp_path, "token", TOKEN.encode()))
     monkeypatch.setenv(set_as, SECRET_PART)
-    with pytest.raises(SettingsProblem) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_settings()
     assert str(caught.value) == (
         f"invalid setting {variable}_FILE: {variable} is set as well; set only one"
@@ -193,7 +193,7 @@ def test_every_problem_is_named_on_the_same_line(
     monkeypatch.setenv(WORKER_TOKEN_FILE, str(tmp_path / "absent"))
     monkeypatch.setenv(GLAS_TOKEN_FILE, _secret(tmp_path, "glas", b""))
     monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", "relative")
-    with pytest.raises(SettingsProblem) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_settings()
     message = str(caught.value)
     for variable in (WORKER_TOKEN_FILE, GLAS_TOKEN_FILE, "REIN_AHARNESS_STATE_DIR"):

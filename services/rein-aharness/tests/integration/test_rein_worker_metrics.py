@@ -22,7 +22,7 @@ from rein_aharness.outbox import OutboxStore, replay_pending
 from rein_aharness.outbox.record import OutboxRecord
 from rein_aharness.profiles import load_catalogue
 from rein_aharness.sandbox import resolve_bwrap
-from rein_aharness.settings import Settings
+from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, run_worker
 from rein_aharness.worker.metrics import (
     CLAIM_RESULTS,
@@ -131,7 +131,7 @@ class Scraped:
 
 
 async def _scrape_while_running(
-    settings: Settings,
+    settings: ReinAharnessSettings,
     activity_core: ActivityCore,
     caplog: pytest.LogCaptureFixture,
     until: Callable[[str], bool],

@@ -26,6 +26,7 @@ import pytest
 import uvicorn
 
 from ac_testkit import SeededQueue
+from ops_devsupport.processes import processes_working_under
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
@@ -141,16 +142,7 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 def _working_in(root: Path) -> list[int]:
     """Pids of processes whose working directory is under `root`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cwd = Path(os.readlink(entry / "cwd"))
-            except OSError:
-                continue
-            if cwd.is_relative_to(root.resolve()):
-                found.append(int(entry.name))
-    return found
+    return processes_working_under([root])
 
 
 def _log_lines(log: Path) -> list[dict[str, Any]]:

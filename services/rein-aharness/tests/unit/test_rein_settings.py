@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rein_aharness.settings import Settings, SettingsProblem, load_settings
+from rein_aharness.settings import ReinAharnessSettings, SettingsError, load_settings
 
 VARIABLES = (
     "ACTIVITY_CORE_URL",
@@ -53,13 +53,13 @@ def test_values_are_read_from_the_environment(
 def test_empty_variables_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in VARIABLES:
         monkeypatch.setenv(name, "")
-    assert load_settings() == Settings()
+    assert load_settings() == ReinAharnessSettings()
 
 
 def test_several_bad_values_are_named_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTIVITY_CORE_URL", "nope")
     monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", "relative")
-    with pytest.raises(SettingsProblem) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_settings()
     message = str(caught.value)
     assert "ACTIVITY_CORE_URL" in message and "REIN_AHARNESS_STATE_DIR" in message
@@ -68,7 +68,7 @@ def test_several_bad_values_are_named_on_one_line(monkeypatch: pytest.MonkeyPatc
 
 def test_a_bad_token_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACTIVITY_CORE_WORKER_TOKEN", "line1\nSECRET")
-    with pytest.raises(SettingsProblem) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_settings()
     assert "ACTIVITY_CORE_WORKER_TOKEN" in str(caught.value)
     assert "SECRET" not in str(caught.value)

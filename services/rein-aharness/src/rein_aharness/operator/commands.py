@@ -22,12 +22,12 @@ from rein_aharness.outbox.identity import adopt_outbox
 from rein_aharness.outbox.paths import OutboxPaths, resolve_outbox_root
 from rein_aharness.outbox.replay import ReplayReport, replay_pending
 from rein_aharness.outbox.store import OutboxStore
-from rein_aharness.settings import Settings, SettingsProblem
+from rein_aharness.settings import ReinAharnessSettings, SettingsError
 
 __all__ = ["adopt_command", "open_store", "replay_command", "status_command"]
 
 
-def open_store(settings: Settings) -> OutboxStore:
+def open_store(settings: ReinAharnessSettings) -> OutboxStore:
     """The store under the configured root (raises OutboxPathError, OutboxReplacedError or
     OSError); lost entries are reported by its snapshots, not refused."""
     return OutboxStore(
@@ -37,7 +37,7 @@ def open_store(settings: Settings) -> OutboxStore:
     )
 
 
-def adopt_command(settings: Settings, *, as_json: bool, out: TextIO) -> ExitCode:
+def adopt_command(settings: ReinAharnessSettings, *, as_json: bool, out: TextIO) -> ExitCode:
     """Accept the outbox as it now is, after an operator has looked: pin it (create it,
     or give it a marker, if it has none) and write off the entries it lost, each named.
     Then report as `status` does."""
@@ -57,14 +57,14 @@ def adopt_command(settings: Settings, *, as_json: bool, out: TextIO) -> ExitCode
     return exit_code_for(snapshot)
 
 
-def status_command(settings: Settings, *, as_json: bool, out: TextIO) -> ExitCode:
+def status_command(settings: ReinAharnessSettings, *, as_json: bool, out: TextIO) -> ExitCode:
     snapshot = open_store(settings).snapshot()
     print(render_json(snapshot) if as_json else render_table(snapshot), file=out)
     return exit_code_for(snapshot)
 
 
 def replay_command(
-    settings: Settings, *, limit: int | None, as_json: bool, out: TextIO
+    settings: ReinAharnessSettings, *, limit: int | None, as_json: bool, out: TextIO
 ) -> ExitCode:
     """Deliver pending closes (only closes: no approach, model or repository work).
 
@@ -75,7 +75,7 @@ def replay_command(
     them alone. Run it with a recorded identity's id and token to deliver its entries.
     """
     if settings.activity_core_url is None:
-        raise SettingsProblem("ACTIVITY_CORE_URL: required for close-outbox replay")
+        raise SettingsError("ACTIVITY_CORE_URL: required for close-outbox replay")
     base_url = str(settings.activity_core_url)
     token = settings.activity_core_worker_token
     store = open_store(settings)

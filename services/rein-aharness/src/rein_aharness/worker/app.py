@@ -1,7 +1,7 @@
 """Wire the worker from settings, and `rein-aharness run` itself.
 
 `open_worker` builds every component (queue client, outbox, gateway, legacy runner,
-event sink, and the one `WorkerMetrics` they all record into) from one `Settings` and
+event sink, and the one `WorkerMetrics` they all record into) from one `ReinAharnessSettings` and
 closes them afterwards; tests pass their own transports. Before it creates anything it
 refuses a state directory that lies inside the repositories root, or a root inside the
 state directory (symlinks resolved): the outbox and worktrees must live outside target
@@ -38,7 +38,7 @@ from rein_aharness.outbox.paths import default_state_dir
 from rein_aharness.profiles import CatalogueError, ProfileCatalogue, load_catalogue
 from rein_aharness.repository import sweep_worktrees
 from rein_aharness.sandbox import SandboxGate, resolve_bwrap
-from rein_aharness.settings import Settings, SettingsProblem, parse_bind_address
+from rein_aharness.settings import ReinAharnessSettings, SettingsError, parse_bind_address
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
@@ -81,22 +81,22 @@ class WorkerRuntime:
     metrics: WorkerMetrics
 
 
-def state_dir_for(settings: Settings, environ: Mapping[str, str] | None = None) -> Path:
+def state_dir_for(settings: ReinAharnessSettings, environ: Mapping[str, str] | None = None) -> Path:
     return settings.rein_aharness_state_dir or default_state_dir(environ)
 
 
-def load_worker_catalogue(settings: Settings) -> ProfileCatalogue:
-    """The catalogue `run` needs; SettingsProblem naming REIN_AHARNESS_PROFILES otherwise."""
+def load_worker_catalogue(settings: ReinAharnessSettings) -> ProfileCatalogue:
+    """The catalogue `run` needs; SettingsError naming REIN_AHARNESS_PROFILES otherwise."""
     if settings.rein_aharness_profiles is None:
-        raise SettingsProblem("REIN_AHARNESS_PROFILES: required for run")
+        raise SettingsError("REIN_AHARNESS_PROFILES: required for run")
     try:
         return load_catalogue(settings.rein_aharness_profiles)
     except CatalogueError as exc:
-        raise SettingsProblem(f"REIN_AHARNESS_PROFILES: {exc}") from None
+        raise SettingsError(f"REIN_AHARNESS_PROFILES: {exc}") from None
 
 
-def check_state_outside_repositories(settings: Settings, state_dir: Path) -> None:
-    """SettingsProblem naming both variables when the state directory and the
+def check_state_outside_repositories(settings: ReinAharnessSettings, state_dir: Path) -> None:
+    """SettingsError naming both variables when the state directory and the
     repositories root are the same directory or one lies inside the other."""
     root = settings.rein_aharness_repositories_root
     if root is None:
@@ -117,18 +117,18 @@ def check_state_outside_repositories(settings: Settings, state_dir: Path) -> Non
         relation = "overlap: the repositories root lies inside the state directory"
     else:
         return
-    raise SettingsProblem(
+    raise SettingsError(
         f"{where} {relation}; the worker's state must live outside the repositories"
     )
 
 
-def _required(settings: Settings) -> tuple[str, str]:
+def _required(settings: ReinAharnessSettings) -> tuple[str, str]:
     if settings.activity_core_url is None:
-        raise SettingsProblem("ACTIVITY_CORE_URL: required for run")
+        raise SettingsError("ACTIVITY_CORE_URL: required for run")
     if settings.activity_core_worker_id is None:
-        raise SettingsProblem("ACTIVITY_CORE_WORKER_ID: required for run")
+        raise SettingsError("ACTIVITY_CORE_WORKER_ID: required for run")
     if settings.rein_aharness_glas_url is None and settings.rein_aharness_repositories_root is None:
-        raise SettingsProblem(
+        raise SettingsError(
             "REIN_AHARNESS_REPOSITORIES_ROOT: required for run with the local gateway "
             "(REIN_AHARNESS_GLAS_URL unset)"
         )
@@ -137,7 +137,7 @@ def _required(settings: Settings) -> tuple[str, str]:
 
 @asynccontextmanager
 async def open_worker(
-    settings: Settings,
+    settings: ReinAharnessSettings,
     catalogue: ProfileCatalogue,
     *,
     labels: Sequence[str] | None = None,
@@ -264,7 +264,7 @@ def hold_worker_lock(state_dir: Path) -> Iterator[None]:
 
 
 async def run_worker(
-    settings: Settings,
+    settings: ReinAharnessSettings,
     catalogue: ProfileCatalogue,
     *,
     once: bool,
@@ -311,7 +311,7 @@ async def run_worker(
 
 
 @contextmanager
-def _metrics(settings: Settings, metrics: WorkerMetrics) -> Iterator[None]:
+def _metrics(settings: ReinAharnessSettings, metrics: WorkerMetrics) -> Iterator[None]:
     """The metrics endpoint for the block, when REIN_AHARNESS_METRICS_ADDRESS is set."""
     address = settings.rein_aharness_metrics_address
     with ExitStack() as stack:
@@ -320,7 +320,7 @@ def _metrics(settings: Settings, metrics: WorkerMetrics) -> Iterator[None]:
             try:
                 stack.enter_context(serve_metrics(metrics.registry, host, port))
             except OSError as exc:
-                raise SettingsProblem(
+                raise SettingsError(
                     f"REIN_AHARNESS_METRICS_ADDRESS: cannot listen on {address}: "
                     f"{exc.strerror or type(exc).__name__}"
                 ) from None
@@ -328,7 +328,7 @@ def _metrics(settings: Settings, metrics: WorkerMetrics) -> Iterator[None]:
 
 
 @contextmanager
-def _liveness(settings: Settings) -> Iterator[None]:
+def _liveness(settings: ReinAharnessSettings) -> Iterator[None]:
     """The liveness endpoint for the block, when REIN_AHARNESS_LIVENESS_ADDRESS is set."""
     address = settings.rein_aharness_liveness_address
     with ExitStack() as stack:
@@ -338,7 +338,7 @@ def _liveness(settings: Settings) -> Iterator[None]:
             try:
                 stack.enter_context(serve_liveness(host, port, max_stall_seconds=max_stall))
             except OSError as exc:
-                raise SettingsProblem(
+                raise SettingsError(
                     f"REIN_AHARNESS_LIVENESS_ADDRESS: cannot listen on {address}: "
                     f"{exc.strerror or type(exc).__name__}"
                 ) from None
