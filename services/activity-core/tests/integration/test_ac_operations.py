@@ -6,12 +6,9 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import urllib.parse
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,29 +18,11 @@ from ac_testkit import (
     WORKER_TOKEN,
     AppClient,
     SeededQueue,
-    settings_env,
+    running_app,
 )
 from activity_core.db.migrate import latest_version
-from activity_core.http.app import create_app
 from activity_core.logs import JsonFormatter
-from activity_core.settings import load_settings
-
-
-@contextlib.asynccontextmanager
-async def running_app(dsn: str, **env: Any) -> AsyncIterator[AppClient]:
-    """An app on any DSN (the fixtures only offer the test database), lifespan running."""
-    settings = load_settings(**settings_env(**env))
-    app = create_app(settings, dsn=dsn)
-    lifespan = app.router.lifespan_context(app)
-    await lifespan.__aenter__()
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://activity-core.test"
-    )
-    try:
-        yield AppClient(app, client, settings.worker_token)
-    finally:
-        await client.aclose()
-        await lifespan.__aexit__(None, None, None)
+from ops_devsupport.processes import free_port
 
 
 def with_host_port(dsn: str, port: int) -> str:
@@ -51,13 +30,6 @@ def with_host_port(dsn: str, port: int) -> str:
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class TcpProxy:
@@ -147,7 +119,7 @@ async def test_readyz_follows_the_database_away_and_back(
 ) -> None:
     parts = urllib.parse.urlsplit(db_dsn)
     upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
-    port = unused_port()
+    port = free_port()
     proxy = TcpProxy(port, upstream)
     caplog.set_level(logging.WARNING, logger="activity_core")
 
