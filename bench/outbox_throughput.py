@@ -38,33 +38,20 @@ from typing import Any
 import anyio
 
 from ops_contracts import CloseDisposition
+from ops_testsupport.factories import gateway_result, glas_evidence
 from rein_aharness.outbox import OutboxStore, durable, replay_pending
 from rein_aharness.outbox.record import OutboxRecord
 from rein_aharness.outbox.replay import GROUP_SIZE
 
 
 def _result(index: int) -> dict[str, object]:
-    return {
-        "ok": True,
-        "path": f"briefs/2026-01-{index % 28 + 1:02d}.md",
-        "head_after": f"{index:040x}",
-        "target_repo": "research/briefs",
-        "committed": True,
-        "evidence": {
-            "request_id": f"req-{index}",
-            "contract_version": "1.0",
-            "profile_ref": "harness.agent-dev@1.0.0",
-            "rein_id": "rein-aharness",
-            "rein_version": "0.1.0",
-            "resolved_model": "claude-sonnet-4-6",
-            "sandbox_profile": "profile.bwrap-local",
-            "outcome": "succeeded",
-            "duration_s": 12.4,
-            "tokens_spent": 321,
-            "tool_events_count": 0,
-            "tool_events_completeness": "unavailable",
-        },
-    }
+    return gateway_result(
+        path=f"briefs/2026-01-{index % 28 + 1:02d}.md",
+        head_after=f"{index:040x}",
+        target_repo="research/briefs",
+        committed=True,
+        evidence=glas_evidence(request_id=f"req-{index}"),
+    )
 
 
 def _baseline(directory: Path, size: int, count: int) -> float:

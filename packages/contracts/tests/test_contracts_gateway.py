@@ -13,29 +13,13 @@ from ops_contracts import (
     RepositoryTransaction,
     gateway_result_payload,
 )
+from ops_testsupport.factories import gateway_result, glas_evidence
 
-SPEC_EXAMPLE: dict[str, Any] = {
-    "ok": True,
-    "evidence": {
-        "request_id": "req-1",
-        "contract_version": "1.0",
-        "profile_ref": "harness.agent-dev@1.0.0",
-        "rein_id": "rein-aharness",
-        "rein_version": "0.1.0",
-        "resolved_model": "claude-sonnet-4-6",
-        "sandbox_profile": "profile.bwrap-local",
-        "outcome": "succeeded",
-        "duration_s": 12.4,
-        "tokens_spent": 321,
-        "tool_events_count": 0,
-        "tool_events_completeness": "unavailable",
-    },
-    "tool_output": "dropped before persistence",
-}
+SPEC_EXAMPLE: dict[str, Any] = gateway_result()
 
 
 def evidence(**overrides: Any) -> dict[str, Any]:
-    return {**SPEC_EXAMPLE["evidence"], **overrides}
+    return glas_evidence(**overrides)
 
 
 def test_spec_example_round_trips_without_nulls() -> None:

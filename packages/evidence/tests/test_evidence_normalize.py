@@ -29,27 +29,11 @@ from ops_evidence import (
     sanitize_error,
 )
 from ops_evidence.fields import bounded_list, git_object_id, repo_path
+from ops_testsupport.factories import gateway_result, glas_evidence
 
-GLAS_EVIDENCE: dict[str, Any] = {
-    "request_id": "0b7f3c1e-5d2a-4c8e-9f10-2a3b4c5d6e7f",
-    "contract_version": "1.0",
-    "profile_ref": "harness.agent-dev@1.0.0",
-    "rein_id": "rein-aharness",
-    "rein_version": "0.1.0",
-    "resolved_model": "claude-sonnet-4-6",
-    "sandbox_profile": "profile.bwrap-local",
-    "outcome": "succeeded",
-    "duration_s": 12.4,
-    "tokens_spent": 321,
-    "tool_events_count": 0,
-    "tool_events_completeness": "unavailable",
-}
+GLAS_EVIDENCE: dict[str, Any] = glas_evidence()
 
-GATEWAY_RESULT: dict[str, Any] = {
-    "ok": True,
-    "evidence": GLAS_EVIDENCE,
-    "tool_output": "dropped before persistence",
-}
+GATEWAY_RESULT: dict[str, Any] = gateway_result()
 
 
 def test_spec_gateway_result_keeps_every_evidence_field_and_drops_tool_output() -> None:

@@ -1,5 +1,6 @@
-"""Factories both services' tests build their inputs from: an ops run as the queue answers
-it, and the largest raw worker result the evidence allowlist keeps."""
+"""Factories the tests and the bench build their inputs from: a Glas GatewayResult 1.0 (the
+spec's example), an ops run as the queue answers it, and the largest raw worker result the
+evidence allowlist keeps."""
 
 from __future__ import annotations
 
@@ -9,10 +10,49 @@ from ops_contracts import OpsRun
 from ops_evidence import MAX_COLLECTION_ITEMS, MAX_IDENTIFIER_CHARS, MAX_INT, MAX_PATH_CHARS
 from ops_evidence.fields import bounded_list, git_object_id, repo_path
 
-__all__ = ["RUN_ID", "WORKER", "maximal_raw_result", "ops_run", "run_projection"]
+__all__ = [
+    "RUN_ID",
+    "WORKER",
+    "gateway_result",
+    "glas_evidence",
+    "maximal_raw_result",
+    "ops_run",
+    "run_projection",
+]
 
 WORKER = "rein-aharness@railiance01"
 RUN_ID = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+
+
+def glas_evidence(**overrides: Any) -> dict[str, Any]:
+    """The evidence of the spec's GatewayResult 1.0 example (every field the allowlist
+    keeps, zero and `unavailable` included), with `overrides` on top."""
+    return {
+        "request_id": "req-1",
+        "contract_version": "1.0",
+        "profile_ref": "harness.agent-dev@1.0.0",
+        "rein_id": "rein-aharness",
+        "rein_version": "0.1.0",
+        "resolved_model": "claude-sonnet-4-6",
+        "sandbox_profile": "profile.bwrap-local",
+        "outcome": "succeeded",
+        "duration_s": 12.4,
+        "tokens_spent": 321,
+        "tool_events_count": 0,
+        "tool_events_completeness": "unavailable",
+        **overrides,
+    }
+
+
+def gateway_result(**overrides: Any) -> dict[str, Any]:
+    """The spec's GatewayResult 1.0 example as a worker sends it (`tool_output` included,
+    which is never stored), with `overrides` on top."""
+    return {
+        "ok": True,
+        "evidence": glas_evidence(),
+        "tool_output": "dropped before persistence",
+        **overrides,
+    }
 
 
 def run_projection(run_id: str = RUN_ID, **overrides: Any) -> dict[str, Any]:

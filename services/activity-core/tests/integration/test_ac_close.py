@@ -7,29 +7,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
+from ops_testsupport.factories import gateway_result
 
 OTHER_WORKER = "rein-aharness@other02"
 OTHER_TOKEN = "other-token-0123456789abcdef"
 
-GLAS_RESULT = {
-    "ok": True,
-    "path": "briefs/2026-12-03.md",
-    "evidence": {
-        "request_id": "req-1",
-        "contract_version": "1.0",
-        "profile_ref": "harness.agent-dev@1.0.0",
-        "rein_id": "rein-aharness",
-        "rein_version": "0.1.0",
-        "resolved_model": "claude-sonnet-4-6",
-        "sandbox_profile": "profile.bwrap-local",
-        "outcome": "succeeded",
-        "duration_s": 12.4,
-        "tokens_spent": 321,
-        "tool_events_count": 0,
-        "tool_events_completeness": "unavailable",
-    },
-    "tool_output": "dropped before persistence",
-}
+GLAS_RESULT = gateway_result(path="briefs/2026-12-03.md")
 
 
 async def claimed(api: AppClient, seeded: SeededQueue, **run: Any) -> uuid.UUID:
