@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from e2e_kit.stack import processes_mentioning
-from ops_demo.stack import base_environment, console_script
-from ops_devsupport.processes import Supervisor, free_port, log_contains
+from ops_demo.stack import base_environment
+from ops_devsupport.processes import Supervisor, console_script, free_port, log_contains
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

@@ -44,10 +44,9 @@ from ops_demo.stack import (
     activity_core_migrate,
     activity_core_serve,
     activity_core_temporal_worker,
-    console_script,
     sync_definitions,
 )
-from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_devsupport.processes import ManagedProcess, Supervisor, console_script
 
 SLUG = "e2e-durable"
 TASK_QUEUE = "e2e-durable"

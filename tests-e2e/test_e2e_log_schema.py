@@ -42,10 +42,9 @@ from ops_demo.stack import (
     WorkerConfig,
     activity_core_migrate,
     activity_core_serve,
-    console_script,
     rein_worker,
 )
-from ops_devsupport.processes import ManagedProcess, Supervisor, wait_until
+from ops_devsupport.processes import ManagedProcess, Supervisor, console_script, wait_until
 
 # -- the schema ---------------------------------------------------------------------------
 

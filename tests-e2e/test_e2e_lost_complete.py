@@ -14,8 +14,7 @@ from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
 from ops_demo.repository import git
-from ops_demo.stack import console_script
-from ops_devsupport.processes import ManagedProcess
+from ops_devsupport.processes import ManagedProcess, console_script
 
 SLUG = "e2e-lost"
 

@@ -4,10 +4,10 @@ package's version, in a bare environment: no settings, no database, no network."
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
+
+from ops_devsupport.processes import run_console_script
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,14 +42,8 @@ def test_every_console_script_answers_version_with_nothing_but_its_package(
     ]
     for script, package, version in scripts:
         assert importlib.metadata.version(package) == version, package
-        completed = subprocess.run(
-            [str(Path(sys.executable).with_name(script)), "--version"],
-            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        completed = run_console_script(
+            script, "--version", env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=tmp_path
         )
         assert completed.returncode == 0, completed
         assert completed.stdout == f"{script} {version}\n", completed

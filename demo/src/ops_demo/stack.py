@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from ops_devsupport.processes import (
     ManagedProcess,
     Probe,
     Supervisor,
+    console_script,
     free_port,
     http_ok,
     log_contains,
@@ -45,7 +44,6 @@ __all__ = [
     "activity_core_serve",
     "activity_core_temporal_worker",
     "base_environment",
-    "console_script",
     "holds_worker_lock",
     "rein_worker",
     "sync_definitions",
@@ -59,17 +57,6 @@ _FOREIGN_PREFIXES = ("ACTIVITY_CORE_", "OPS_RUN_", "REIN_AHARNESS_", "TEMPORAL_"
 _FOREIGN_NAMES = frozenset({"STATE_HUB_URL", "FORGEJO_WEB_BASE"})
 
 TEMPORAL_WORKER_READY = "temporal worker on task queue"
-
-
-def console_script(name: str) -> Path:
-    """A console script of this environment: beside the interpreter, else on PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which(name)
-    if found is None:
-        raise FileNotFoundError(f"the `{name}` command is not installed (run `uv sync`)")
-    return Path(found)
 
 
 def base_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -11,19 +11,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from activity_core.temporal.dev_server import free_port
+from ops_devsupport.processes import console_script, run_console_script
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
+EXECUTABLE = console_script("activity-core")
 
 
 @dataclass
@@ -99,9 +98,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(EXECUTABLE), *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
+    return run_console_script("activity-core", *args, env=env)
 
 
 def assert_stopped_naming(completed: subprocess.CompletedProcess[str], variable: str) -> str:

@@ -26,9 +26,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -52,6 +54,7 @@ __all__ = [
     "all_of",
     "children",
     "command_line",
+    "console_script",
     "free_port",
     "http_ok",
     "log_contains",
@@ -59,6 +62,7 @@ __all__ = [
     "process_tree",
     "processes_with_environment",
     "processes_working_under",
+    "run_console_script",
     "wait_until",
 ]
 
@@ -79,6 +83,40 @@ class ProcessFailed(Exception):
         self.what = what
         self.log_path = log_path
         super().__init__(f"{name} {what} (log: {log_path})")
+
+
+# -- console scripts ---------------------------------------------------------------------
+
+
+def console_script(name: str) -> Path:
+    """A console script of this environment: beside the interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"the `{name}` command is not installed (run `uv sync`)")
+    return Path(found)
+
+
+def run_console_script(
+    name: str,
+    *args: str,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run console script `name` to its end with exactly `env`: its exit code, stdout and
+    stderr as text (a test reads all three; a non-zero exit is an answer, not an error)."""
+    return subprocess.run(
+        [str(console_script(name)), *args],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # -- ports and probes -------------------------------------------------------------------

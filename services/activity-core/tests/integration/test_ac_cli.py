@@ -14,33 +14,16 @@ import sys
 import types
 import urllib.parse
 import uuid
-from pathlib import Path
 
 import asyncpg
 import pytest
 
+from ac_serve import EXECUTABLE, clean_env, run_cli
 from activity_core import cli
 from activity_core.db.migrate import bundled_migrations, current_version
 
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
 UNREACHABLE_URL = "postgresql://nobody@127.0.0.1:1/none"
 PASSWORD = "pw-5e1f-never-printed"
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB_", "TEMPORAL_"))
-    }
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(EXECUTABLE), *args], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def assert_one_line(completed: subprocess.CompletedProcess[str], code: int) -> str:

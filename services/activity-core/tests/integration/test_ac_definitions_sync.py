@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,9 @@ from activity_core import cli, cli_definitions
 from activity_core.definitions.model import definition_uuid
 from activity_core.definitions.sync import ScheduleApplyError, sync_definitions
 from activity_core.settings import load_settings
+from ops_devsupport.processes import run_console_script
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "definitions"
-EXECUTABLE = Path(sys.executable).with_name("activity-core")
 
 
 async def rows(db: asyncpg.Connection) -> dict[str, asyncpg.Record]:
@@ -277,14 +275,7 @@ def test_the_console_script_lists_every_error_and_exits_1(tmp_path: Path) -> Non
         if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB_", "TEMPORAL_"))
     }
     env["ACTIVITY_CORE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/none"
-    completed = subprocess.run(
-        [str(EXECUTABLE), "sync-definitions", str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    completed = run_console_script("activity-core", "sync-definitions", str(tmp_path), env=env)
     assert completed.returncode == 1, completed
     assert "Traceback" not in completed.stderr
     b, c = tmp_path / "b.yaml", tmp_path / "c.yaml"

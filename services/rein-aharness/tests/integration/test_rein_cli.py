@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,13 @@ import httpx
 import pytest
 import respx
 
+from ops_devsupport.processes import run_console_script
 from rein_aharness.cli import main
 from rein_aharness.operator.exit_codes import ExitCode
 from rein_aharness.outbox import OutboxStore
 
 BASE = "http://activity-core.test"
 RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
-ENTRY_POINT = Path(sys.executable).with_name("rein-aharness")
 
 Factory = Callable[..., dict[str, Any]]
 
@@ -367,9 +366,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def _entry(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ENTRY_POINT), *argv], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
+    return run_console_script("rein-aharness", *argv, env=env)
 
 
 def test_entry_point_status_json(environment: Path) -> None:

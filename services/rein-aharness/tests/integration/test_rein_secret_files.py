@@ -7,8 +7,6 @@ variable (exit 2), never the contents."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import httpx
 import pytest
 import respx
 
+from ops_devsupport.processes import run_console_script
 from rein_aharness.cli import main
 from rein_aharness.outbox import OutboxStore
 from rein_aharness.settings import SettingsError, load_settings
@@ -25,7 +24,6 @@ BASE = "http://activity-core.test"
 RUN = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
 WORKER = "rein-aharness@railiance01"
 TOKEN = "worker-token-from-a-file-0123"
-ENTRY_POINT = Path(sys.executable).with_name("rein-aharness")
 WORKER_TOKEN_FILE = "ACTIVITY_CORE_WORKER_TOKEN_FILE"
 GLAS_TOKEN_FILE = "REIN_AHARNESS_GLAS_TOKEN_FILE"
 
@@ -209,14 +207,7 @@ def test_every_command_stops_with_exit_2(tmp_path: Path, case: str) -> None:
         WORKER_TOKEN_FILE: path,
     }
     for argv in (["close-outbox", "status"], ["close-outbox", "replay"], ["run", "--once"]):
-        done = subprocess.run(
-            [str(ENTRY_POINT), *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_console_script("rein-aharness", *argv, env=env)
         assert done.returncode == 2, (argv, done.stderr)
         assert done.stdout == ""
         assert done.stderr.startswith(f"rein-aharness: invalid setting {WORKER_TOKEN_FILE}: ")

@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
-import sys
 from pathlib import Path
 
-ENTRY_POINT = Path(sys.executable).with_name("rein-aharness")
+from ops_devsupport.processes import run_console_script
 
 
 def run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ENTRY_POINT), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_console_script("rein-aharness", *args, env=env, cwd=cwd)
 
 
 def test_version_prints_the_installed_version_without_settings(tmp_path: Path) -> None:
