@@ -18,11 +18,9 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,16 +28,14 @@ import httpx
 import pytest
 
 from ops_runtime.liveness import serve_liveness
+from ops_testsupport.liveness import stall_and_watch, stalling_entry
 from rein_aharness.cli import main
 from rein_worker_kit import CATALOGUE
 
 MAX_STALL = 2.0
 # SIGUSR1 makes the main thread (the event loop's) sleep; the rest is the real CLI.
-ENTRY = (
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGUSR1, lambda *_: time.sleep(60))\n"
-    "from rein_aharness.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
+ENTRY = stalling_entry(
+    "import sys", "from rein_aharness.cli import main", "sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -110,32 +106,12 @@ async def test_livez_answers_while_the_loop_runs_and_fails_within_the_limit_once
         async with httpx.AsyncClient(timeout=2) as http:
             # Healthy: the worker fails to claim and backs off, again and again, for
             # longer than the limit; every answer is 200.
-            healthy = []
-            until = time.monotonic() + 3 * MAX_STALL
-            while time.monotonic() < until:
-                healthy.append((await http.get(url)).status_code)
-                await asyncio.sleep(0.2)
-
-            process.send_signal(signal.SIGUSR1)
-            blocked_at = time.monotonic()
-            answers: list[httpx.Response] = []
-            async with asyncio.timeout(MAX_STALL + 5):
-                while not answers or answers[-1].status_code == 200:
-                    answers.append(await http.get(url))
-                    await asyncio.sleep(0.1)
-            failed_after = time.monotonic() - blocked_at
-            alive = process.poll() is None
+            watch = await stall_and_watch(http, url, process, MAX_STALL)
     finally:
         process.kill()
         process.wait(timeout=10)
 
-    assert len(healthy) >= 10 and set(healthy) == {200}
-    assert answers[-1].status_code == 503
-    assert answers[-1].json()["status"] == "stalled"
-    assert answers[-1].json()["seconds_since_loop_ran"] > MAX_STALL
-    # within the limit (plus a probe's interval and the scheduler's slack), and not by dying
-    assert MAX_STALL - 1.0 <= failed_after <= MAX_STALL + 1.5
-    assert alive
+    watch.assert_stalled_within(MAX_STALL)
     assert "the event loop has not run for" in log.read_text()
 
 

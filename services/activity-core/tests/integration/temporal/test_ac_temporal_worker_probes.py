@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,14 +29,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from activity_core.temporal.dev_server import DevServer, free_port
 from activity_core.temporal.worker_endpoints import TEMPORAL_SDK_METRICS
+from ops_testsupport.liveness import stall_and_watch, stalling_entry
 
 MAX_STALL = 2.0
-ENTRY = (
-    "import signal, time\n"
-    "signal.signal(signal.SIGUSR1, lambda *_: time.sleep(60))\n"
-    "from activity_core.cli import console_main\n"
-    "console_main()\n"
-)
+ENTRY = stalling_entry("from activity_core.cli import console_main", "console_main()")
 
 
 def cli_env(**values: str) -> dict[str, str]:
@@ -106,27 +100,9 @@ async def test_livez_follows_the_event_loop_and_the_sdk_metrics_are_served(
                     break
                 await asyncio.sleep(0.2)
 
-        healthy = []
-        until = time.monotonic() + 3 * MAX_STALL
-        while time.monotonic() < until:
-            healthy.append((await http.get(livez)).status_code)
-            await asyncio.sleep(0.2)
+        watch = await stall_and_watch(http, livez, process, MAX_STALL)
 
-        process.send_signal(signal.SIGUSR1)
-        blocked_at = time.monotonic()
-        answers: list[httpx.Response] = []
-        async with asyncio.timeout(MAX_STALL + 5):
-            while not answers or answers[-1].status_code == 200:
-                answers.append(await http.get(livez))
-                await asyncio.sleep(0.1)
-        failed_after = time.monotonic() - blocked_at
-        alive = process.poll() is None
-
-    assert len(healthy) >= 10 and set(healthy) == {200}
-    assert answers[-1].status_code == 503
-    assert answers[-1].json()["status"] == "stalled"
-    assert MAX_STALL - 1.0 <= failed_after <= MAX_STALL + 1.5
-    assert alive
+    watch.assert_stalled_within(MAX_STALL)
     assert "the event loop has not run for" in worker_log.read_text()
 
 
