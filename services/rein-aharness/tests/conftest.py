@@ -15,6 +15,7 @@ from rein_aharness.outbox import OutboxStore, Retention
 from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
     activity_core,
     repos,
+    restore_logging,
 )
 
 TXN = "txn-0001"

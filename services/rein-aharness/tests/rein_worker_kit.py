@@ -7,11 +7,12 @@ activity-core is imported here, from tests only; rein_aharness itself never impo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,10 @@ __all__ = [
     "ActivityCore",
     "RecordingTransport",
     "Repos",
+    "cli_environment",
     "git",
     "ops_run",
+    "restore_logging",
     "run_worker_once",
     "worker_settings",
     "write_catalogue",
@@ -217,6 +220,44 @@ def command_profile(
         "  ",
     )
     return body + "\n"
+
+
+# -- the CLI's environment -----------------------------------------------------------------
+
+
+def cli_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, worker_id: str, **values: str
+) -> dict[str, str]:
+    """A complete `rein-aharness` configuration in this process's environment, and nothing
+    else of ours: every ACTIVITY_CORE_/REIN_AHARNESS_ variable is removed, then the
+    catalogue, a repositories root and an activity-core nobody listens on are set, then
+    `values` (which may replace any of them). The variables set, by name."""
+    for name in list(os.environ):
+        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
+            monkeypatch.delenv(name)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(CATALOGUE)
+    (tmp_path / "repositories").mkdir()
+    env = {
+        "ACTIVITY_CORE_URL": "http://127.0.0.1:9",
+        "ACTIVITY_CORE_WORKER_ID": worker_id,
+        "REIN_AHARNESS_PROFILES": str(profiles),
+        "REIN_AHARNESS_REPOSITORIES_ROOT": str(tmp_path / "repositories"),
+        **values,
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """`run` configures the `rein_aharness` logger for the process; undo it per test."""
+    logger = logging.getLogger("rein_aharness")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 def write_catalogue(

@@ -7,7 +7,6 @@ it shows what the permissions let it do. Every refusal is one line naming the pa
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -23,7 +22,10 @@ import pytest
 from rein_aharness.cli import main
 from rein_aharness.operator.exit_codes import ExitCode
 from rein_aharness.outbox import OutboxStore, OutboxUntrustedError
-from rein_worker_kit import CATALOGUE
+from rein_worker_kit import cli_environment
+
+# `run` configures the `rein_aharness` logger for the process; undone per test
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 NOBODY = 65534
 # The neighbour runs the system's Python: the project's lives under /root, which nobody
@@ -48,26 +50,7 @@ def base() -> Iterator[Path]:
 
 @pytest.fixture(autouse=True)
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
-            monkeypatch.delenv(name)
-    profiles = tmp_path / "profiles.yaml"
-    profiles.write_text(CATALOGUE)
-    (tmp_path / "repositories").mkdir()
-    monkeypatch.setenv("ACTIVITY_CORE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("ACTIVITY_CORE_WORKER_ID", "rein-aharness@trust01")
-    monkeypatch.setenv("REIN_AHARNESS_PROFILES", str(profiles))
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path / "repositories"))
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    # `run` configures the `rein_aharness` logger for the process; undo it per test.
-    logger = logging.getLogger("rein_aharness")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
+    cli_environment(monkeypatch, tmp_path, "rein-aharness@trust01")
 
 
 def _mode(path: Path) -> int:

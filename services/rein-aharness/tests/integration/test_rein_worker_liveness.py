@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,7 +28,10 @@ import pytest
 from ops_runtime.liveness import serve_liveness
 from ops_testsupport.liveness import stall_and_watch, stalling_entry
 from rein_aharness.cli import main
-from rein_worker_kit import CATALOGUE
+from rein_worker_kit import cli_environment
+
+# `run` configures the `rein_aharness` logger for the process; undone per test
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 MAX_STALL = 2.0
 # SIGUSR1 makes the main thread (the event loop's) sleep; the rest is the real CLI.
@@ -45,37 +46,18 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    # `run` configures the `rein_aharness` logger for the process; undo it per test.
-    logger = logging.getLogger("rein_aharness")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
-
-
 @pytest.fixture
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A complete `run` configuration against an activity-core that is not there: the
     worker keeps trying to claim and backs off, its event loop running all along."""
-    for name in list(os.environ):
-        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
-            monkeypatch.delenv(name)
-    profiles = tmp_path / "profiles.yaml"
-    profiles.write_text(CATALOGUE)
-    (tmp_path / "repositories").mkdir()
-    values = {
-        "ACTIVITY_CORE_URL": f"http://127.0.0.1:{_closed_port()}",
-        "ACTIVITY_CORE_WORKER_ID": "rein-aharness@test01",
-        "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
-        "REIN_AHARNESS_PROFILES": str(profiles),
-        "REIN_AHARNESS_REPOSITORIES_ROOT": str(tmp_path / "repositories"),
-        "REIN_AHARNESS_BACKOFF_SECONDS": "0.5",
-    }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-    return values
+    return cli_environment(
+        monkeypatch,
+        tmp_path,
+        "rein-aharness@test01",
+        ACTIVITY_CORE_URL=f"http://127.0.0.1:{_closed_port()}",
+        REIN_AHARNESS_STATE_DIR=str(tmp_path / "state"),
+        REIN_AHARNESS_BACKOFF_SECONDS="0.5",
+    )
 
 
 async def _liveness_url(log: Path, process: subprocess.Popen[bytes]) -> str:

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,10 @@ from rein_aharness.outbox import (
 )
 from rein_aharness.outbox.ledger import read_ledger
 from rein_aharness.outbox.record import OutboxRecord
-from rein_worker_kit import CATALOGUE
+from rein_worker_kit import cli_environment
+
+# `run` configures the `rein_aharness` logger for the process; undone per test
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 Factory = Callable[..., dict[str, Any]]
 WORKER = "rein-aharness@integrity01"
@@ -38,27 +41,8 @@ WORKER = "rein-aharness@integrity01"
 
 @pytest.fixture(autouse=True)
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    for name in list(os.environ):
-        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
-            monkeypatch.delenv(name)
-    profiles = tmp_path / "profiles.yaml"
-    profiles.write_text(CATALOGUE)
-    (tmp_path / "repositories").mkdir()
-    monkeypatch.setenv("ACTIVITY_CORE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("ACTIVITY_CORE_WORKER_ID", WORKER)
-    monkeypatch.setenv("REIN_AHARNESS_PROFILES", str(profiles))
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path / "repositories"))
-    monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", str(tmp_path / "state"))
+    cli_environment(monkeypatch, tmp_path, WORKER, REIN_AHARNESS_STATE_DIR=str(tmp_path / "state"))
     return tmp_path / "state"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    logger = logging.getLogger("rein_aharness")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
 
 
 @pytest.fixture

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +14,20 @@ from rein_aharness import cli
 from rein_aharness.cli import main
 from rein_aharness.outbox import OutboxPathError
 from rein_aharness.worker.app import hold_worker_lock
-from rein_worker_kit import CATALOGUE
+from rein_worker_kit import CATALOGUE, cli_environment
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    # `run` configures the `rein_aharness` logger for the process; undo it per test.
-    logger = logging.getLogger("rein_aharness")
-    handlers, level = list(logger.handlers), logger.level
-    yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)
+# `run` configures the `rein_aharness` logger for the process; undone per test
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.fixture(autouse=True)
 def environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_")):
-            monkeypatch.delenv(name)
-    profiles = tmp_path / "profiles.yaml"
-    profiles.write_text(CATALOGUE)
-    (tmp_path / "repositories").mkdir()
-    monkeypatch.setenv("ACTIVITY_CORE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("ACTIVITY_CORE_WORKER_ID", "rein-aharness@test01")
-    monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("REIN_AHARNESS_PROFILES", str(profiles))
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path / "repositories"))
+    cli_environment(
+        monkeypatch,
+        tmp_path,
+        "rein-aharness@test01",
+        REIN_AHARNESS_STATE_DIR=str(tmp_path / "state"),
+    )
     return tmp_path
 
 
