@@ -299,6 +299,31 @@ async def test_a_sandbox_that_cannot_be_created_says_why_and_runs_nothing(
     assert await probe_sandbox(BWRAP_LOCAL, BWRAP) is None
 
 
+async def test_a_sandbox_whose_first_process_dies_before_its_bounds_says_bwraps_why(
+    tmp_path: Path,
+) -> None:
+    """bwrap may report its first process and fail setting it up (a refused mount) before
+    the worker bounds it: the error is bwrap's, not the bound's "No such process"."""
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != --json-status-fd ]; do shift; done\n'
+        "true & gone=$!; wait $gone\n"
+        'echo "{\\"child-pid\\": $gone}" > /proc/self/fd/$2\n'
+        "echo 'bwrap: Failed to mount tmpfs: Operation not permitted' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    sandbox = Sandbox(BWRAP_LOCAL, fake, SandboxMounts(tmp_path))
+    with pytest.raises(SandboxUnavailable) as refused:
+        await run_in_sandbox(["sh", "-c", "touch ran"], 10, sandbox, PATH)
+    assert (
+        str(refused.value) == "bwrap failed: bwrap: Failed to mount tmpfs: Operation not permitted"
+    )
+    assert not (tmp_path / "ran").exists()
+
+
 async def test_the_gate_closes_while_the_sandbox_fails_and_opens_when_it_works(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -14,6 +14,7 @@ cannot create one, the sandbox is unavailable (fail closed), never unbounded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import resource
@@ -32,7 +33,15 @@ _PREFIX = "rein-aharness-sandbox-"
 
 
 class SandboxLimitError(Exception):
-    """A bound could not be applied; the sandbox must not run."""
+    """A bound could not be applied; the sandbox must not run.
+
+    `process_gone` says the process had already ended: bwrap reported its first
+    process and then failed on its own, so bwrap's error is the cause, not the bound.
+    """
+
+    def __init__(self, message: str, *, process_gone: bool = False) -> None:
+        super().__init__(message)
+        self.process_gone = process_gone
 
 
 def rlimits(limits: SandboxLimits) -> list[tuple[int, int]]:
@@ -55,7 +64,10 @@ def apply_rlimits(pid: int, limits: SandboxLimits) -> None:
             bound = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.prlimit(pid, which, (bound, bound))
     except OSError as exc:
-        raise SandboxLimitError(f"cannot bound the sandbox's resources: {exc.strerror}") from None
+        raise SandboxLimitError(
+            f"cannot bound the sandbox's resources: {exc.strerror}",
+            process_gone=exc.errno == errno.ESRCH,
+        ) from None
 
 
 def root_needs_cgroup() -> bool:
@@ -114,7 +126,8 @@ class PidsCgroup:
             (self.path / "cgroup.procs").write_text(str(pid), encoding="ascii")
         except OSError as exc:
             raise SandboxLimitError(
-                f"cannot move the sandbox into {self.path}: {exc.strerror}"
+                f"cannot move the sandbox into {self.path}: {exc.strerror}",
+                process_gone=exc.errno == errno.ESRCH,
             ) from None
 
     def remove(self) -> None:

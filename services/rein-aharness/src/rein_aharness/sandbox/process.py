@@ -6,9 +6,10 @@
 For a bwrap sandbox: bwrap is started in a session of its own and blocked before it runs
 the approach; the worker reads the pid of the sandbox's first process from bwrap's status
 fd, applies the resource bounds to it (limits.py), and only then lets it go on. If bwrap
-reports no such process, the sandbox could not be created (no user namespaces, a refused
-mount, a broken bwrap): `SandboxUnavailable` carries bwrap's own first line of error, and
-nothing of the approach ran. On the way out the whole sandbox is killed: bwrap's session
+reports no such process, or that process is gone before its bounds are set, the sandbox
+could not be created (no user namespaces, a refused mount, a broken bwrap):
+`SandboxUnavailable` carries bwrap's own first line of error, and nothing of the approach
+ran. On the way out the whole sandbox is killed: bwrap's session
 by SIGKILL, the sandbox with it (die-with-parent; its PID namespace ends with its first
 process), and a root worker's pids cgroup is emptied and removed.
 
@@ -181,9 +182,16 @@ async def _bwrap_process(
         child = await _first_child(status_read)
         if child is None:
             raise SandboxUnavailable(await _bwrap_error(process))
-        apply_rlimits(child, choice.profile.limits)
-        if cgroup is not None:
-            cgroup.add(child)
+        try:
+            apply_rlimits(child, choice.profile.limits)
+            if cgroup is not None:
+                cgroup.add(child)
+        except SandboxLimitError as exc:
+            if exc.process_gone:
+                # bwrap reported its first process and then failed setting it up (a
+                # refused mount, say): its own error says why, not the missing process.
+                raise SandboxUnavailable(await _bwrap_error(process)) from None
+            raise
         try:
             os.write(block_write, b"go")
         except OSError:
