@@ -56,7 +56,7 @@ class Database:
 
     async def reset(self, rows: int, *, chunk: int) -> None:
         """Empty ops_runs and seed `rows` open runs, then VACUUM ANALYZE (a fresh table)."""
-        await self.conn.execute("TRUNCATE ops_runs, task_spawn_log")
+        await self.conn.execute("TRUNCATE ops_runs, ops_run_keys, task_spawn_log")
         self._seeded = 0
         await self.add_runs(rows, chunk=chunk)
 
@@ -70,7 +70,7 @@ class Database:
             hi = min(lo + chunk - 1, last)
             await self.conn.execute(SEED_RUNS, DEFINITION_ID, tag, lo, base, hi)
         self._seeded = last
-        await self.conn.execute("VACUUM ANALYZE ops_runs")
+        await self.conn.execute("VACUUM ANALYZE ops_runs, ops_run_keys")
         took = time.perf_counter() - started
         print(f"  · seeded {rows:,} open runs ({self._seeded:,} in all) in {took:.1f} s")
 

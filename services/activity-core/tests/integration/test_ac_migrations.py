@@ -105,7 +105,18 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     # the operator listing by state reads an index for every state, history included
     for state in ("open", "claimed", "succeeded", "failed", "expired"):
         listing = await _plan(
-            db, queries.LIST_RUNS, state, None, None, None, None, None, 51, None, None, None
+            db,
+            queries.LIST_RUNS_IN_STATE,
+            state,
+            None,
+            None,
+            None,
+            None,
+            None,
+            51,
+            None,
+            None,
+            None,
         )
         assert "Seq Scan" not in listing, (state, listing)
 

@@ -68,7 +68,7 @@ async def big(db: asyncpg.Connection) -> dict[str, Any]:
         FROM ops_runs WHERE state = 'failed' AND random() < 0.01
         """
     )
-    await db.execute("VACUUM ANALYZE ops_runs")
+    await db.execute("VACUUM ANALYZE ops_runs, ops_run_keys")
     failed = await db.fetchval(
         "SELECT id FROM ops_runs WHERE state = 'failed' ORDER BY created_at DESC LIMIT 1"
     )
@@ -106,7 +106,11 @@ async def test_the_operator_statements_read_indexes_at_a_million_rows(
         )
         _reads(await _plan(db, queries.RUNS_HELD), "ops_runs_claimed_lease")
         _reads(await _plan(db, queries.OPEN_AHEAD, big["open"]), "ops_runs_open_claim_order")
-        _reads(await _plan(db, queries.RUN_BY_KEY, "requeue/x"), "ops_runs_idempotency_key_key")
+        _reads(
+            await _plan(db, queries.RUN_BY_KEY, "requeue/x"),
+            "ops_run_keys_idempotency_key_key",
+            "ops_runs_pkey",
+        )
         _reads(await _plan(db, queries.REQUEUE_SOURCE, big["failed"]), "ops_runs_pkey")
         _reads(
             await _plan(db, queries.REQUEUE, big["failed"], uuid.uuid4(), "requeue/y"),
@@ -137,26 +141,41 @@ async def test_the_operator_statements_read_indexes_at_a_million_rows(
             args.update(filters)
             return list(args.values())
 
-        # a time window is a range of the listing index; the worker filter reads it too
-        # (newest first, stopping at the page), or a state's own index
+        # a time window is a range of the listing index of ops_run_keys; the worker filter
+        # reads it too (newest first, stopping at the page), or a state's own index
+        listing_index = ("ops_run_keys_listing", "ops_runs_pkey")
+        _reads(await _plan(db, queue_queries.LIST_RUNS, *listing()), *listing_index)
         _reads(
             await _plan(
                 db,
                 queue_queries.LIST_RUNS,
                 *listing(after=day_ago, before=day_ago + timedelta(hours=1)),
             ),
-            "ops_runs_listing",
+            *listing_index,
         )
-        _reads(await _plan(db, queue_queries.LIST_RUNS, *listing(worker="w-7")), "ops_runs_listing")
+        _reads(await _plan(db, queue_queries.LIST_RUNS, *listing(worker="w-7")), *listing_index)
         _reads(
-            await _plan(db, queue_queries.LIST_RUNS, *listing(worker="w-7", state="claimed")),
-            "ops_runs_claimed_lease",
+            await _plan(db, queue_queries.LIST_RUNS, *listing(repo="r/r", labels=["automated"])),
+            "ops_run_keys",
         )
         _reads(
             await _plan(
                 db, queue_queries.LIST_RUNS, *listing(definition=big["definition"], after=day_ago)
             ),
+            "ops_run_keys",
         )
+        in_state = queue_queries.LIST_RUNS_IN_STATE
+        _reads(
+            await _plan(db, in_state, *listing(worker="w-7", state="claimed")),
+            "ops_runs_claimed_lease",
+        )
+        # either partial index of the open rows (claim order, or the labels' bitmap)
+        _reads(await _plan(db, in_state, *listing(state="open")), "ops_runs_open_")
+        for state in ("failed", "expired", "succeeded"):
+            _reads(
+                await _plan(db, in_state, *listing(state=state, definition=big["definition"])),
+                "ops_runs_by_terminal_state",
+            )
 
     # the summary reads the live queue (5,000 open, 1,000 claimed) and a day of terminal
     # runs (~86,000 index entries), not the million

@@ -20,7 +20,7 @@ LIMIT 1
 
 # The index: every automation with its latest fire and its ops runs counted by state.
 # Both laterals are per definition: the last fire walks activity_runs_by_definition
-# backwards one row; the counts read ops_runs_by_definition.
+# backwards one row; the counts read ops_run_keys_by_definition and each run's state.
 AUTOMATIONS = """
 SELECT d.id, d.slug, d.title, d.schedule_cron, d.schedule_timezone, d.paused,
        last.id AS last_id, last.run_id AS last_run_id, last.status AS last_status,
@@ -39,8 +39,9 @@ LEFT JOIN LATERAL (
     SELECT jsonb_object_agg(s.state, s.n) AS by_state
     FROM (
         SELECT o.state, count(*) AS n
-        FROM ops_runs o
-        WHERE o.activity_definition_id = d.id
+        FROM ops_run_keys k
+        JOIN ops_runs o ON o.id = k.id
+        WHERE k.activity_definition_id = d.id
         GROUP BY o.state
     ) s
 ) counts ON true
@@ -89,8 +90,9 @@ LIMIT 1
 #                     not keyed to any fire of this automation by the rules above
 #
 # Every branch is confined to the automation ($1), so runs of another automation never
-# appear, however their keys look. The exact branches use ops_runs_by_trigger; `contains`
-# and the window read the automation's ops runs through ops_runs_by_definition.
+# appear, however their keys look. The matching reads ops_run_keys (0009), which holds
+# every column it compares: the exact branches use ops_run_keys_by_trigger; `contains`
+# and the window read the automation's runs through ops_run_keys_by_definition.
 # Each fire shows at most $4 ops runs, oldest first.
 # $1 definition id, $2 activity_runs.id[] of the fires, $3 open-fire window seconds,
 # $4 per-fire limit
@@ -118,13 +120,13 @@ keyed AS (
            CASE WHEN o.triggering_event_id = f.run_id THEN 'run_id'
                 ELSE 'triggering_event' END AS matched_by
     FROM fire f
-    JOIN ops_runs o
+    JOIN ops_run_keys o
       ON o.activity_definition_id = $1
      AND (o.triggering_event_id = f.run_id OR o.triggering_event_id = f.event_key)
     UNION
     SELECT f.id, o.id, 'contains'
     FROM fire f
-    JOIN ops_runs o
+    JOIN ops_run_keys o
       ON o.activity_definition_id = $1
      AND length(f.run_id) >= 8
      AND o.triggering_event_id <> f.run_id
@@ -134,7 +136,7 @@ keyed AS (
 windowed AS (
     SELECT f.id AS fire_id, o.id AS ops_run_id, 'time_window' AS matched_by
     FROM fire f
-    JOIN ops_runs o
+    JOIN ops_run_keys o
       ON o.activity_definition_id = $1
      AND o.created_at >= f.started_at
      AND o.created_at <= f.window_end

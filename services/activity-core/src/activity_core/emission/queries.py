@@ -42,8 +42,9 @@ FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) 
 """
 EMIT_LOCK_NAMESPACE = 0x61636B65  # 'acke'
 
-# The run, open, unless its key exists. Fires ops_runs_open_after_insert, whose NOTIFY wakes
-# long-poll claimers (delivered when the transaction commits). $1 id, $2 definition, $3 key,
+# The run, open, unless its key exists (ops_runs_insert_key, 0009, skips the row and
+# RETURNING answers none). Fires ops_runs_notify_open, whose NOTIFY wakes long-poll
+# claimers (delivered when the transaction commits). $1 id, $2 definition, $3 key,
 # $4 target_repo, $5 title, $6 description, $7 labels, $8 priority, $9 source_type,
 # $10 source_id, $11 triggering_event_id, $12 approach_hint, $13 harness_profile_ref,
 # $14 execution_refs, $15 repository_grant
@@ -54,11 +55,10 @@ INSERT INTO ops_runs (
     harness_profile_ref, execution_refs, repository_grant
 )
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'open', $9, $10, $11, $12, $13, $14, $15)
-ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id
 """
 
-RUN_BY_KEY = "SELECT id FROM ops_runs WHERE idempotency_key = $1"
+RUN_BY_KEY = "SELECT id FROM ops_run_keys WHERE idempotency_key = $1"
 
 # Whether an earlier emit of this key completed (wrote its `created` audit row). A run
 # without one was inserted by an emit of an older build that then failed at the sink:

@@ -52,20 +52,22 @@ _REQUEUED_AS = """
 # $1 id
 REQUEUE_SOURCE = "SELECT id, state FROM ops_runs WHERE id = $1"
 
-# A run by its idempotency key (the unique index): the successor an earlier requeue with
-# the same key made. $1 key
+# A run by its idempotency key (the unique index of ops_run_keys): the successor an
+# earlier requeue with the same key made. $1 key
 RUN_BY_KEY = f"""
 SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}
-FROM ops_runs AS r
-WHERE r.idempotency_key = $1
+FROM ops_run_keys AS k
+JOIN ops_runs AS r ON r.id = k.id
+WHERE k.idempotency_key = $1
 """
 
 # The successor: a new open run that copies what the original was (definition, task,
 # repository, labels, priority, execution selection, grant, attribution, source and
 # trigger), at attempt 0, keyed by the original and the request's key. The original is
-# only read. ON CONFLICT DO NOTHING: a concurrent requeue with the same key waits on the
-# unique index for the other transaction, then inserts nothing (the service reads the
-# other's successor in a new statement, which sees it committed). The state condition
+# only read. A key that exists inserts nothing (ops_runs_insert_key, 0009): a concurrent
+# requeue with the same key waits on the unique index of ops_run_keys for the other
+# transaction, then inserts nothing (the service reads the other's successor in a new
+# statement, which sees it committed). The state condition
 # repeats the service's check in the statement that acts on it.
 # $1 original id, $2 successor id, $3 successor idempotency key
 REQUEUE = f"""
@@ -79,7 +81,6 @@ SELECT $2, o.activity_definition_id, $3, o.target_repo, o.title, o.description, 
        o.approach_hint, o.harness_profile_ref, o.execution_refs, o.repository_grant, o.id
 FROM ops_runs AS o
 WHERE o.id = $1 AND o.state IN ('failed', 'expired')
-ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {RUN_COLUMNS}
 """
 

@@ -24,6 +24,7 @@ __all__ = [
     "GET_RUN",
     "HEARTBEAT",
     "LIST_RUNS",
+    "LIST_RUNS_IN_STATE",
     "LOCK_RUN_FOR_CLOSE",
     "OLDEST_UNFINISHED",
     "RECLAIM_STALE",
@@ -335,24 +336,33 @@ SELECT id FROM activity_definitions WHERE slug = $1 OR id = $2::uuid
 # $1 state, $2 labels (all must be present), $3 definition id, $4 target repo,
 # $5 cursor created_at, $6 cursor id, $7 limit, $8 worker (claim_owner: the lease holder,
 # or the last one of a terminal run), $9 created at or after, $10 created before
-# The time window is a range of the listing index ((created_at, id) descending); a worker
-# filter reads that index newest first and keeps its rows (claim_owner has no index of
-# its own, which would cost every claim an index write): combine it with a window or a
-# state for a worker whose runs are old.
-LIST_RUNS = f"""
+# Without a state, the listing reads ops_run_keys (0009): its listing index in
+# (created_at, id) order, newest first, or the definition's or repository's, or a range of
+# it for a time window, and each run by primary key. A worker filter keeps the rows it
+# reads (claim_owner has no index of its own, which would cost every claim an index
+# write): combine it with a window or a state for a worker whose runs are old.
+# With a state, LIST_RUNS_IN_STATE reads that state's own index of ops_runs
+# (ops_runs_open_claim_order, ops_runs_claimed_lease, ops_runs_by_terminal_state), which
+# an ordered scan of every run would have to filter (a failed run is ~1 in 100).
+# Both answer the same rows in the same order for the same filters.
+_LIST_TEMPLATE = f"""
 SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}
-FROM ops_runs AS r
+FROM {{source}}
 WHERE ($1::text IS NULL OR r.state = $1)
   AND ($2::text[] IS NULL OR r.labels @> to_jsonb($2::text[]))
-  AND ($3::uuid IS NULL OR r.activity_definition_id = $3)
-  AND ($4::text IS NULL OR r.target_repo = $4)
-  AND ($5::timestamptz IS NULL OR (r.created_at, r.id) < ($5, $6::uuid))
+  AND ($3::uuid IS NULL OR {{k}}.activity_definition_id = $3)
+  AND ($4::text IS NULL OR {{k}}.target_repo = $4)
+  AND ($5::timestamptz IS NULL OR ({{k}}.created_at, {{k}}.id) < ($5, $6::uuid))
   AND ($8::text IS NULL OR r.claim_owner = $8)
-  AND ($9::timestamptz IS NULL OR r.created_at >= $9)
-  AND ($10::timestamptz IS NULL OR r.created_at < $10)
-ORDER BY r.created_at DESC, r.id DESC
+  AND ($9::timestamptz IS NULL OR {{k}}.created_at >= $9)
+  AND ($10::timestamptz IS NULL OR {{k}}.created_at < $10)
+ORDER BY {{k}}.created_at DESC, {{k}}.id DESC
 LIMIT $7
 """
+LIST_RUNS = _LIST_TEMPLATE.format(
+    source="ops_run_keys AS k JOIN ops_runs AS r ON r.id = k.id", k="k"
+)
+LIST_RUNS_IN_STATE = _LIST_TEMPLATE.format(source="ops_runs AS r", k="r")
 
 # Operator-driven lease expiry: the same transition as RECLAIM_STALE, for every stale row.
 # $1 = max attempts

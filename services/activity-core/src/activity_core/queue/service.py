@@ -195,7 +195,7 @@ class QueueService:
                     return []  # two filters no run can match at once
                 definition_id = automation_id
             return await conn.fetch(
-                queries.LIST_RUNS,
+                queries.LIST_RUNS_IN_STATE if flt.state else queries.LIST_RUNS,
                 flt.state.value if flt.state else None,
                 list(flt.labels) if flt.labels else None,
                 definition_id,
