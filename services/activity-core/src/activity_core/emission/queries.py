@@ -42,9 +42,9 @@ FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) AS k ORDER BY 1) 
 """
 EMIT_LOCK_NAMESPACE = 0x61636B65  # 'acke'
 
-# The run, open, unless its key exists (ops_runs_insert_key, 0009, skips the row and
-# RETURNING answers none). Fires ops_runs_notify_open, whose NOTIFY wakes long-poll
-# claimers (delivered when the transaction commits). $1 id, $2 definition, $3 key,
+# The run, open, unless its key exists (then ops_runs_fixed_columns_on_insert, 0009,
+# skips the row and RETURNING answers none). Fires ops_runs_notify_open, whose NOTIFY
+# wakes long-poll claimers (delivered when the transaction commits). $1 id, $2 definition, $3 key,
 # $4 target_repo, $5 title, $6 description, $7 labels, $8 priority, $9 source_type,
 # $10 source_id, $11 triggering_event_id, $12 approach_hint, $13 harness_profile_ref,
 # $14 execution_refs, $15 repository_grant

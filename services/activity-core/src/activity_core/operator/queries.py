@@ -64,9 +64,9 @@ WHERE k.idempotency_key = $1
 # The successor: a new open run that copies what the original was (definition, task,
 # repository, labels, priority, execution selection, grant, attribution, source and
 # trigger), at attempt 0, keyed by the original and the request's key. The original is
-# only read. A key that exists inserts nothing (ops_runs_insert_key, 0009): a concurrent
-# requeue with the same key waits on the unique index of ops_run_keys for the other
-# transaction, then inserts nothing (the service reads the other's successor in a new
+# only read. A key that exists inserts nothing (ops_runs_fixed_columns_on_insert, 0009):
+# a concurrent requeue with the same key waits on the unique index of ops_run_keys for
+# the other transaction, then inserts nothing (the service reads the other's successor in a new
 # statement, which sees it committed). The state condition
 # repeats the service's check in the statement that acts on it.
 # $1 original id, $2 successor id, $3 successor idempotency key

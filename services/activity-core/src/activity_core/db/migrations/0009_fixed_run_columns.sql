@@ -58,7 +58,7 @@ ALTER TABLE ops_runs DROP CONSTRAINT ops_runs_idempotency_key_key;
 -- The key row's own ON CONFLICT waits for a concurrent insert of the same key to commit
 -- or abort, as the unique index of ops_runs did. The checks are the CHECK constraints
 -- 0001 declared on these columns, with their SQLSTATE (check_violation).
-CREATE FUNCTION ops_runs_insert_key() RETURNS trigger
+CREATE FUNCTION ops_runs_fixed_columns_on_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     -- As a CHECK constraint does, a NULL passes (NOT NULL refuses it after the trigger).
@@ -88,10 +88,10 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER ops_runs_insert_key
+CREATE TRIGGER ops_runs_fixed_columns_on_insert
     BEFORE INSERT ON ops_runs
     FOR EACH ROW
-    EXECUTE FUNCTION ops_runs_insert_key();
+    EXECUTE FUNCTION ops_runs_fixed_columns_on_insert();
 
 -- The columns fixed at insert never change; an UPDATE that changes one is refused rather
 -- than leaving the copy in ops_run_keys behind or a value the insert checks would refuse.
