@@ -17,7 +17,7 @@ from activity_core.db.pool import create_pool
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions
 from activity_core.emission.errors import IssueSinkError
-from activity_core.emission.sink import SinkTask
+from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
@@ -37,7 +37,7 @@ class ScriptedSink:
     def name(self) -> str:
         return "scripted"
 
-    async def publish(self, task: SinkTask) -> str | None:
+    async def publish(self, task: SinkTask, *, still_owed: StillOwed | None = None) -> str | None:
         self.calls += 1
         if self.failures > 0:
             self.failures -= 1

@@ -4,6 +4,7 @@ IssueSink write as its own step (`emit_tasks`, then `publish_pending`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from activity_core.emission.publish import (
     give_up,
     publish_pending,
 )
-from activity_core.emission.sink import SinkTask, StateHubSink
+from activity_core.emission.sink import SinkTask, StateHubSink, StillOwed
 from activity_core.emission.trigger import emit_triggering_event_id
 from ops_contracts import ATTRIBUTION_REF_KEYS
 
@@ -55,7 +56,7 @@ class FakeSink:
     def name(self) -> str:
         return "fake"
 
-    async def publish(self, task: SinkTask) -> str | None:
+    async def publish(self, task: SinkTask, *, still_owed: StillOwed | None = None) -> str | None:
         self.attempts += 1
         if self.attempts <= self.fail_times:
             raise IssueSinkError("sink down", status=503)
@@ -584,6 +585,99 @@ async def test_giving_up_fails_what_is_still_pending_with_its_last_error(
     # the write that was tried says what it met; the others, why they were given up
     assert [r["sink_error"] for r in rows] == ["sink down", "window over", "window over"]
     assert len(await ops_runs(db)) == 3
+
+
+class SwitchableHub:
+    """A State Hub stand-in: 503 while ``down``, else 201, counting accepted writes by key."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.refused_once = asyncio.Event()
+        self.accepted: dict[str, int] = {}
+
+    def handle(self, request: httpx.Request, *, up: bool = False) -> httpx.Response:
+        if self.down and not up:
+            self.refused_once.set()
+            return httpx.Response(503)
+        key = request.headers["Idempotency-Key"]
+        self.accepted[key] = self.accepted.get(key, 0) + 1
+        return httpx.Response(201, json={"id": f"hub-{key}"})
+
+    def sink(self, *, up: bool = False) -> StateHubSink:
+        """A try's sink, retrying for as long as the test needs; ``up``: this try's
+        requests are answered even while the hub is down for the others."""
+        return StateHubSink(
+            STATE_HUB,
+            transport=httpx.MockTransport(functools.partial(self.handle, up=up)),
+            attempts=10_000,
+            backoff_initial=0.005,
+            backoff_max=0.02,
+        )
+
+
+async def test_a_try_still_retrying_when_the_window_ends_sends_nothing_more(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    # Temporal's timeout at the end of the retry window does not stop the attempt running
+    # on its worker: it must withdraw its writes, or they reach State Hub twice, once from
+    # it and once from the operator's retry-fire (CI saw exactly that end to end).
+    [spec] = await synced(pool, three_rules())
+    hub = SwitchableHub()
+    sink = hub.sink()
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    await emit(pool, sink, spec, fire)
+    try:
+        timed_out_try = asyncio.create_task(
+            publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+        )
+        await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
+        totals = await give_up(pool, activity_run_id=fire.activity_run_id, reason="window over")
+        assert totals == SinkTotals(written=0, failed=3)
+        hub.down = False
+        # the try stops at its next attempt, sending none of the three writes
+        assert await asyncio.wait_for(timed_out_try, timeout=10) == SinkTotals(written=0, failed=3)
+        assert hub.accepted == {}
+        rows = await audit(db)
+        assert [r["sink_status"] for r in rows] == ["failed"] * 3
+        assert [r["sink_sender"] for r in rows] == [None] * 3
+
+        # the retry-fire's try sends each write once
+        totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+        assert totals == SinkTotals(written=3, failed=0)
+        assert hub.accepted == dict.fromkeys((r["idempotency_key"] for r in rows), 1)
+    finally:
+        await sink.aclose()
+
+
+async def test_a_later_try_takes_the_writes_over_and_the_earlier_sends_none_of_them(
+    pool: asyncpg.Pool, db: asyncpg.Connection
+) -> None:
+    [spec] = await synced(pool, three_rules())
+    hub = SwitchableHub()
+    sink = hub.sink()
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    await emit(pool, sink, spec, fire)
+    try:
+        earlier = asyncio.create_task(
+            publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
+        )
+        await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
+        later_sink = hub.sink(up=True)
+        try:
+            later = await publish_pending(pool, later_sink, activity_run_id=fire.activity_run_id)
+        finally:
+            await later_sink.aclose()
+        assert later == SinkTotals(written=3, failed=0)
+        hub.down = False  # the earlier try would be answered now
+        assert await asyncio.wait_for(earlier, timeout=10) == SinkTotals(written=3, failed=0)
+        keys = [r["idempotency_key"] for r in await audit(db)]
+        assert hub.accepted == dict.fromkeys(keys, 1)
+        # a write the earlier try recorded as not yet sent would have kept its error
+        assert [r["sink_error"] for r in await audit(db)] == [None] * 3
+    finally:
+        await sink.aclose()
 
 
 # --- queue disabled, report-only, audit links -------------------------------------------------

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from activity_core.emission.errors import IssueSinkError
+from activity_core.emission.errors import IssueSinkError, SinkWriteWithdrawn
 from activity_core.emission.sink import NoneSink, SinkTask, StateHubSink, build_issue_sink
 from activity_core.settings import SettingsError, load_settings
 
@@ -99,6 +99,39 @@ async def test_retries_are_bounded_and_end_in_issue_sink_error(sink: StateHubSin
     assert caught.value.status == 503
     assert not caught.value.conclusive  # the sink is down: the write is tried again later
     assert route.call_count == 4
+
+
+@respx.mock
+async def test_a_write_no_longer_owed_is_withdrawn_before_its_next_attempt(
+    sink: StateHubSink,
+) -> None:
+    route = respx.post(f"{BASE}/progress").mock(
+        side_effect=[httpx.Response(503), httpx.Response(201, json={"id": "p-1"})]
+    )
+    answers = iter([True, False])
+
+    async def still_owed() -> bool:
+        return next(answers)
+
+    with pytest.raises(SinkWriteWithdrawn, match="withdrawn"):
+        await sink.publish(task(), still_owed=still_owed)
+    assert route.call_count == 1  # the second attempt, which would succeed, is not made
+
+
+@respx.mock
+async def test_a_write_owed_throughout_is_sent_as_without_the_question(sink: StateHubSink) -> None:
+    route = respx.post(f"{BASE}/progress").mock(
+        side_effect=[httpx.Response(503), httpx.Response(201, json={"id": "p-1"})]
+    )
+    asked = 0
+
+    async def still_owed() -> bool:
+        nonlocal asked
+        asked += 1
+        return True
+
+    assert await sink.publish(task(), still_owed=still_owed) == "p-1"
+    assert (route.call_count, asked) == (2, 2)  # asked before every attempt
 
 
 @pytest.mark.parametrize("status", [408, 429])

@@ -17,6 +17,7 @@ __all__ = [
     "EmissionUnavailable",
     "IssueSinkError",
     "PolicyProblem",
+    "SinkWriteWithdrawn",
 ]
 
 
@@ -75,3 +76,12 @@ class IssueSinkError(EmissionError):
 class EmissionUnavailable(EmissionError):
     """PostgreSQL could not be reached mid-emission (or mid sink bookkeeping). Retryable:
     nothing of the transaction it interrupted was committed."""
+
+
+class SinkWriteWithdrawn(EmissionError):
+    """A sink write this try was about to attempt is no longer its to send: the fire's retry
+    window ended (``give_up``) or a later try took the write over. Nothing was sent."""
+
+    def __init__(self, idempotency_key: str) -> None:
+        super().__init__(f"sink write of {idempotency_key} withdrawn: given up or taken over")
+        self.idempotency_key = idempotency_key

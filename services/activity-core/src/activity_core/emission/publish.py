@@ -14,8 +14,16 @@ records each outcome in a statement of its own:
 
 The writes of a fire are those of every key its audit rows name, so a replayed or retried
 fire (whose items are ``duplicate``) sends again what its original left pending or failed.
-Two fires sending the same key at once (a retry while the original still retries) may both
-send it: the sink is idempotent on the key, so it records the task once.
+
+One try sends a write (migration 0010): a try takes the fire's writes with a token of its
+own and, before every attempt at one (the sink's own retries included), asks whether it is
+still owed and still its own. A later try takes them over, and `give_up` takes them from
+every try; the earlier try then withdraws the write without sending it. That matters
+because Temporal ending an attempt (the retry window's timeout) does not stop the attempt
+running on its worker: without the question, a try timed out while State Hub was down
+sent its writes when State Hub came back, as did the operator's retry-fire. Only a request
+already in flight when the write is taken over can still reach the sink a second time;
+the sink is idempotent on the key and records the task once.
 
 `give_up` is the end of the retry window: what is still pending becomes ``failed``, with
 the last reason a try recorded.
@@ -31,8 +39,13 @@ import asyncpg
 
 from activity_core.db.unavailable import is_unavailable
 from activity_core.emission import queries
-from activity_core.emission.errors import EmissionError, EmissionUnavailable, IssueSinkError
-from activity_core.emission.sink import IssueSink, SinkTask
+from activity_core.emission.errors import (
+    EmissionError,
+    EmissionUnavailable,
+    IssueSinkError,
+    SinkWriteWithdrawn,
+)
+from activity_core.emission.sink import IssueSink, SinkTask, StillOwed
 from ops_evidence import sanitize_error
 
 __all__ = ["SinkTotals", "SinkUnavailable", "give_up", "publish_pending", "sink_totals"]
@@ -60,12 +73,21 @@ async def publish_pending(
     Raises SinkUnavailable (some writes still pending) or EmissionUnavailable (the
     database is down; what was recorded before stays recorded).
     """
+    sender = uuid.uuid4()
     try:
-        rows = await pool.fetch(queries.SINK_WRITES_OF_FIRE, activity_run_id)
+        rows = await pool.fetch(queries.SINK_TAKE_WRITES_OF_FIRE, activity_run_id, sender)
         for row in rows:
             task = SinkTask.from_payload(row["sink_payload"])
             try:
-                ref = await sink.publish(task)
+                ref = await sink.publish(
+                    task, still_owed=_still_owed(pool, audit_row=row["id"], sender=sender)
+                )
+            except SinkWriteWithdrawn:
+                log.info(
+                    "sink write withdrawn: given up or taken over by another try",
+                    extra={"key": row["idempotency_key"]},
+                )
+                continue
             except IssueSinkError as exc:
                 reason = sanitize_error(str(exc))
                 if exc.conclusive:
@@ -76,7 +98,7 @@ async def publish_pending(
                         extra={"key": row["idempotency_key"]},
                     )
                     continue
-                await pool.execute(queries.SINK_NOT_YET, row["id"], reason)
+                await pool.execute(queries.SINK_NOT_YET, row["id"], reason, sender)
                 raise SinkUnavailable(reason) from exc
             await pool.execute(queries.SINK_WRITTEN, row["id"], ref)
         return await sink_totals(pool, activity_run_id=activity_run_id)
@@ -84,6 +106,13 @@ async def publish_pending(
         if not is_unavailable(exc):
             raise
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+
+
+def _still_owed(pool: asyncpg.Pool, *, audit_row: int, sender: uuid.UUID) -> StillOwed:
+    async def still_owed() -> bool:
+        return bool(await pool.fetchval(queries.SINK_STILL_OWED, audit_row, sender))
+
+    return still_owed
 
 
 async def give_up(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID, reason: str) -> SinkTotals:

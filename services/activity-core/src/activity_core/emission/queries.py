@@ -21,9 +21,10 @@ __all__ = [
     "SINK_GIVE_UP",
     "SINK_NOT_YET",
     "SINK_REFUSED",
+    "SINK_STILL_OWED",
+    "SINK_TAKE_WRITES_OF_FIRE",
     "SINK_TOTALS",
     "SINK_WRITES_LEFT",
-    "SINK_WRITES_OF_FIRE",
     "SINK_WRITTEN",
 ]
 
@@ -97,21 +98,35 @@ WHERE idempotency_key = ANY($1::text[]) AND sink_status IN ('pending', 'failed')
 """
 
 # The writes `publish_pending` does for one fire: every pending or failed write of a key
-# the fire's audit rows name, oldest first. $1 activity run
-SINK_WRITES_OF_FIRE = """
-SELECT t.id, t.idempotency_key, t.sink_payload
-FROM task_spawn_log t
-WHERE t.idempotency_key IN (
-        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
-      )
-  AND t.sink_status IN ('pending', 'failed')
-ORDER BY t.id
+# the fire's audit rows name, oldest first, taken for this try (migration 0010): a try
+# that took them before stops at its next attempt. $1 activity run, $2 the try's token
+SINK_TAKE_WRITES_OF_FIRE = """
+WITH taken AS (
+    UPDATE task_spawn_log t
+    SET sink_sender = $2
+    WHERE t.idempotency_key IN (
+            SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+          )
+      AND t.sink_status IN ('pending', 'failed')
+    RETURNING t.id, t.idempotency_key, t.sink_payload
+)
+SELECT id, idempotency_key, sink_payload FROM taken ORDER BY id
+"""
+
+# Asked before every attempt at a write: is it still owed, and still this try's?
+# $1 audit row, $2 the try's token
+SINK_STILL_OWED = """
+SELECT EXISTS (
+    SELECT 1 FROM task_spawn_log
+    WHERE id = $1 AND sink_sender = $2 AND sink_status IN ('pending', 'failed')
+)
 """
 
 # The sink accepted the task: the payload is no longer needed. $1 audit row, $2 sink ref
 SINK_WRITTEN = """
 UPDATE task_spawn_log
-SET sink_status = 'written', issue_sink_ref = $2, sink_error = NULL, sink_payload = NULL
+SET sink_status = 'written', issue_sink_ref = $2, sink_error = NULL, sink_payload = NULL,
+    sink_sender = NULL
 WHERE id = $1
 """
 
@@ -119,28 +134,29 @@ WHERE id = $1
 # $1 audit row, $2 why
 SINK_REFUSED = """
 UPDATE task_spawn_log
-SET sink_status = 'failed', sink_error = $2
+SET sink_status = 'failed', sink_error = $2, sink_sender = NULL
 WHERE id = $1 AND sink_status <> 'written'
 """
 
-# The sink is down: the write stays pending (or failed) and says what the last try met.
-# $1 audit row, $2 why
+# The sink is down: the write stays pending (or failed) and says what the last try met,
+# unless another try holds it by now. $1 audit row, $2 why, $3 the try's token
 SINK_NOT_YET = """
 UPDATE task_spawn_log
 SET sink_error = $2
-WHERE id = $1 AND sink_status IN ('pending', 'failed')
+WHERE id = $1 AND sink_status IN ('pending', 'failed') AND sink_sender = $3
 """
 
-# The fire's retry window for the sink is over: what is still pending failed. A write the
-# sink accepted meanwhile stays written. $1 activity run, $2 why (kept where a try
-# recorded its own reason)
+# The fire's retry window for the sink is over: what is still pending failed, and no try
+# holds any of the fire's writes any more (a try Temporal timed out may still be running
+# on its worker: it stops at its next attempt). A write the sink accepted meanwhile stays
+# written. $1 activity run, $2 why (kept where a try recorded its own reason)
 SINK_GIVE_UP = """
 UPDATE task_spawn_log
-SET sink_status = 'failed', sink_error = COALESCE(sink_error, $2)
+SET sink_status = 'failed', sink_error = COALESCE(sink_error, $2), sink_sender = NULL
 WHERE idempotency_key IN (
         SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
       )
-  AND sink_status = 'pending'
+  AND sink_status IN ('pending', 'failed')
 """
 
 # $1 activity run: (written, failed) over the fire's keys, after its sink step

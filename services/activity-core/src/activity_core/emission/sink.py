@@ -11,12 +11,16 @@ times (a blip costs no more than a moment); any other 4xx is a conclusive refusa
 not retried. Either way the final failure is an :class:`IssueSinkError`, ``conclusive``
 for a refusal. The sink write runs after the fire's ops runs are committed
 (``emission/publish.py``), and a sink that stays down is retried there, on its own.
+
+The caller may pass ``still_owed``, asked before every attempt: when it answers False (the
+write was given up, or another try took it) the write is withdrawn, :class:`SinkWriteWithdrawn`,
+and nothing more is sent. A retry loop must never outlive the decision that ended it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,7 +33,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from activity_core.emission.errors import IssueSinkError
+from activity_core.emission.errors import IssueSinkError, SinkWriteWithdrawn
 from activity_core.settings import ActivityCoreSettings, SettingsError
 from ops_contracts import canonical_json
 
@@ -40,6 +44,7 @@ __all__ = [
     "NoneSink",
     "SinkTask",
     "StateHubSink",
+    "StillOwed",
     "build_issue_sink",
 ]
 
@@ -48,6 +53,8 @@ EVENT_KIND = "activity_core.task_emitted"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The sink that writes nothing: emission records no sink write for it.
 NONE_SINK = "none"
+# Asked before each attempt at a write: False withdraws it (see the module docstring).
+StillOwed = Callable[[], Awaitable[bool]]
 # Answers that mean "not now" rather than "no": retried like a 5xx.
 _TRANSIENT_4XX = frozenset({408, 429})
 
@@ -135,9 +142,10 @@ class IssueSink(Protocol):
         """Recorded in task_spawn_log.issue_sink."""
         ...
 
-    async def publish(self, task: SinkTask) -> str | None:
-        """Record ``task``; answer the sink's reference for it, if it gives one.
-        Raises IssueSinkError when it cannot."""
+    async def publish(self, task: SinkTask, *, still_owed: StillOwed | None = None) -> str | None:
+        """Record ``task``; answer the sink's reference for it, if it gives one. Raises
+        IssueSinkError when it cannot, SinkWriteWithdrawn when ``still_owed`` says False
+        before an attempt."""
         ...
 
     async def aclose(self) -> None: ...
@@ -150,7 +158,7 @@ class NoneSink:
     def name(self) -> str:
         return NONE_SINK
 
-    async def publish(self, task: SinkTask) -> str | None:
+    async def publish(self, task: SinkTask, *, still_owed: StillOwed | None = None) -> str | None:
         return None
 
     async def aclose(self) -> None:
@@ -191,7 +199,7 @@ class StateHubSink:
     def name(self) -> str:
         return "state-hub"
 
-    async def publish(self, task: SinkTask) -> str | None:
+    async def publish(self, task: SinkTask, *, still_owed: StillOwed | None = None) -> str | None:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
             wait=wait_random_exponential(multiplier=self._backoff_initial, max=self._backoff_max),
@@ -201,6 +209,8 @@ class StateHubSink:
         try:
             async for attempt in retrying:
                 with attempt:
+                    if still_owed is not None and not await still_owed():
+                        raise SinkWriteWithdrawn(task.idempotency_key)
                     return await self._post(task)
         except RetryError as exc:
             last = exc.last_attempt.exception()
