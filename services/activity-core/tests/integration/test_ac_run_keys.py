@@ -142,6 +142,7 @@ async def test_a_concurrent_insert_of_the_same_key_waits_for_the_first(
         "id = gen_random_uuid()",
         "labels = '[\"other\"]'::jsonb",
         "priority = 'high'",
+        "priority_rank = 0",
         "source_type = 'instruction'",
         "execution_refs = '{\"a\": 1}'::jsonb",
         "repository_grant = '{}'::jsonb",
@@ -157,6 +158,59 @@ async def test_the_identifying_columns_never_change(
     assert await _run_keys(db) == before == await _keys(db)
     # naming a column without changing it is no change
     await db.execute("UPDATE ops_runs SET target_repo = target_repo WHERE id = $1", run)
+
+
+RANKS = {"high": 0, "medium": 1, "low": 2}
+
+
+async def test_0011_keeps_the_ranks_there_are_and_the_trigger_ranks_every_new_run(
+    empty_dsn: str,
+) -> None:
+    # 0011: priority_rank is no longer a generated column (PostgreSQL computed it again on
+    # every claim and close); the insert trigger sets it from the priority.
+    conn = await asyncpg.connect(empty_dsn)
+    await init_connection(conn)
+    try:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in bundled_migrations():
+            if migration.version < 11:
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                    migration.version,
+                    migration.name,
+                    migration.checksum,
+                )
+        seeded = SeededQueue(conn)
+        before = {await seeded.run(priority=p): RANKS[p] for p in RANKS}
+        assert 11 in await migrate(conn)
+        ranks = "SELECT id, priority_rank FROM ops_runs"
+        assert {r["id"]: r["priority_rank"] for r in await conn.fetch(ranks)} == before
+        assert await conn.fetchval(
+            "SELECT attgenerated = '' AND attnotnull FROM pg_attribute "
+            "WHERE attrelid = 'ops_runs'::regclass AND attname = 'priority_rank'"
+        )
+        after = {await seeded.run(priority=p): RANKS[p] for p in RANKS}
+        assert {r["id"]: r["priority_rank"] for r in await conn.fetch(ranks)} == before | after
+    finally:
+        await conn.close()
+
+
+async def test_an_insert_cannot_choose_its_rank(db: asyncpg.Connection) -> None:
+    run = await SeededQueue(db).run(priority="low")
+    copy = uuid.uuid4()
+    await db.execute(
+        "INSERT INTO ops_runs (id, activity_definition_id, idempotency_key, target_repo, title, "
+        "labels, priority, priority_rank, source_type, source_id, triggering_event_id) "
+        "SELECT $1, activity_definition_id, 'k:forged-rank', target_repo, title, labels, "
+        "'low', 0, source_type, source_id, triggering_event_id FROM ops_runs WHERE id = $2",
+        copy,
+        run,
+    )
+    assert await db.fetchval("SELECT priority_rank FROM ops_runs WHERE id = $1", copy) == 2
 
 
 async def test_no_run_exists_without_its_key_row(db: asyncpg.Connection) -> None:
