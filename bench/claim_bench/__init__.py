@@ -7,8 +7,8 @@ Ctrl-C or SIGTERM), and these figures:
 
 (a) the raw-SQL ceiling: claim-one + complete-one cycles/s over 8 asyncpg connections with
     ``synchronous_commit`` on, using the real schema and the statements of queue/queries.py
-    as queue/claim.py and queue/close.py run them, autocommit (claim: CLAIM_UNLESS_STALE, with
-    RECLAIM_STALE + CLAIM after an empty answer; complete: CLOSE_LEASED_UNGRANTED), each
+    as queue/claim.py and queue/close.py run them, autocommit (claim: CLAIM_ONE_UNLESS_STALE,
+    with RECLAIM_STALE + CLAIM after an empty answer; complete: CLOSE_LEASED_UNGRANTED), each
     connection claiming for itself (the API coalesces concurrent claims into one statement,
     queue/coalesce.py; the ceiling is the issue's claim-one cycle and does not).
     Measured twice (first and late in the run); the higher figure is the ceiling. A

@@ -83,7 +83,11 @@ class RawSqlCycle:
         # connection, so it does not.
         labels: list[str] = []
         args = (self._worker_id, LEASE_SECONDS, self._limit, "none", labels)
-        rows = await self._conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
+        if self._limit == 1:
+            one = (self._worker_id, LEASE_SECONDS, "none", labels)
+            rows = await self._conn.fetch(queries.CLAIM_ONE_UNLESS_STALE, *one)
+        else:
+            rows = await self._conn.fetch(queries.CLAIM_UNLESS_STALE, *args)
         if not rows:
             await self._conn.fetch(queries.RECLAIM_STALE, MAX_ATTEMPTS)
             rows = await self._conn.fetch(queries.CLAIM, *args)

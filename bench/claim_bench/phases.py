@@ -268,10 +268,9 @@ async def explain_claim(conn: asyncpg.Connection) -> str:
     await tr.start()
     try:
         raw = await conn.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM_UNLESS_STALE,
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + queries.CLAIM_ONE_UNLESS_STALE,
             "bench-explain",
             LEASE_SECONDS,
-            1,
             "none",
             [],
         )
@@ -298,7 +297,7 @@ async def explain_claim(conn: asyncpg.Connection) -> str:
 
 
 async def claim_latency(dsn: str, samples: int) -> list[float]:
-    """The service's claim (CLAIM_UNLESS_STALE; nothing is stale here) timed on one
+    """The service's claim of one run (CLAIM_ONE_UNLESS_STALE; nothing is stale here) timed on one
     connection inside a transaction that is then rolled back (BEGIN and ROLLBACK untimed)."""
     conn = await connect(dsn)
     try:
@@ -308,7 +307,7 @@ async def claim_latency(dsn: str, samples: int) -> list[float]:
             await tr.start()
             t0 = time.perf_counter()
             rows = await conn.fetch(
-                queries.CLAIM_UNLESS_STALE, "bench-latency", LEASE_SECONDS, 1, "none", []
+                queries.CLAIM_ONE_UNLESS_STALE, "bench-latency", LEASE_SECONDS, "none", []
             )
             t1 = time.perf_counter()
             await tr.rollback()

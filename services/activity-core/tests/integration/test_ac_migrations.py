@@ -84,6 +84,7 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     async with db.transaction():
         plan = await _plan(db, queries.CLAIM, "w", 60, 1, "none", [])
         guarded = await _plan(db, queries.CLAIM_UNLESS_STALE, "w", 60, 1, "none", [])
+        one = await _plan(db, queries.CLAIM_ONE_UNLESS_STALE, "w", 60, "none", [])
         coalesced = await _plan(
             db, queries.CLAIM_MANY_UNLESS_STALE, ["w1", "w2"], [60, 60], 2, "none", []
         )
@@ -96,6 +97,9 @@ async def test_the_claim_uses_the_open_claim_index_on_a_large_table(
     assert "ops_runs_open_claim_order" in guarded and "ops_runs_claimed_lease" in guarded
     assert '"Subplan Name": "InitPlan' in guarded
     assert "Seq Scan" not in guarded
+    assert "ops_runs_open_claim_order" in one and "ops_runs_claimed_lease" in one
+    assert '"Subplan Name": "InitPlan' in one
+    assert "ops_runs_pkey" in one and "Seq Scan" not in one
     # claims that arrived together: the same index head, probe and stopping scan
     assert "ops_runs_open_claim_order" in coalesced and "ops_runs_claimed_lease" in coalesced
     assert '"Subplan Name": "InitPlan' in coalesced
@@ -162,6 +166,23 @@ async def test_the_common_claim_keeps_one_cached_plan_on_a_large_table(
     )
     assert plans is not None and plans["generic_plans"] >= 2, dict(plans or {})
     # each claim's rows come back in claim order, and the claims take the queue's head
+    assert taken == sorted(taken)
+
+    # the claim of one run: a constant LIMIT, so a generic plan from the start
+    async with db.transaction():
+        await db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        generic_one = await _plan(db, queries.CLAIM_ONE_UNLESS_STALE, "w", 60, "none", [])
+    assert "ops_runs_open_claim_order" in generic_one and "ops_runs_pkey" in generic_one
+    assert "Seq Scan" not in generic_one, generic_one
+    claim_one = await db.prepare(queries.CLAIM_ONE_UNLESS_STALE)
+    for n in range(8):
+        [row] = await claim_one.fetch(f"o{n}", 60, "none", [])
+        taken.append((_rank(row["priority"]), row["created_at"], row["id"]))
+    plans = await db.fetchrow(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+        queries.CLAIM_ONE_UNLESS_STALE,
+    )
+    assert plans is not None and plans["generic_plans"] >= 2, dict(plans or {})
     assert taken == sorted(taken)
 
 

@@ -21,6 +21,7 @@ SNAPSHOTS = Path(__file__).with_name("sql_snapshots")
 STATEMENTS = {
     "claim": queries.CLAIM,
     "claim_unless_stale": queries.CLAIM_UNLESS_STALE,
+    "claim_one_unless_stale": queries.CLAIM_ONE_UNLESS_STALE,
     "claim_many_unless_stale": queries.CLAIM_MANY_UNLESS_STALE,
     "reclaim_stale": queries.RECLAIM_STALE,
     "expire_leases": queries.EXPIRE_LEASES,

@@ -1,7 +1,8 @@
 """A claim: lease open runs to a worker, in claim order, never one that is already leased.
 
-The common claim is one autocommit statement (queries.CLAIM_UNLESS_STALE, or
-CLAIM_MANY_UNLESS_STALE for claims that arrived together, queue/coalesce.py) that leases
+The common claim is one autocommit statement (queries.CLAIM_ONE_UNLESS_STALE for one run,
+CLAIM_UNLESS_STALE for a batch, CLAIM_MANY_UNLESS_STALE for claims that arrived together,
+queue/coalesce.py) that leases
 only when no claim is stale. When it comes back empty (nothing open, or a stale claim
 seen), stale claims are reopened in bounded batches (RECLAIM_STALE) and the claim runs
 again (CLAIM) in a fresh snapshot that sees the reopened rows. So a busy queue claims in
@@ -180,6 +181,12 @@ class Claims:
         """One leasing statement for claims that arrived together: the rows of each."""
         self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
         labels = list(key.labels)
+        if len(claimers) == 1 and key.limit == 1:
+            one = claimers[0]
+            single = (one.worker_id, one.lease_seconds, key.labels_mode, labels)
+            return [
+                await self._run(lambda conn: conn.fetch(queries.CLAIM_ONE_UNLESS_STALE, *single))
+            ]
         if len(claimers) == 1 and key.limit <= queries.CLAIM_LIMIT_CEILING:
             one = claimers[0]
             args = (one.worker_id, one.lease_seconds, key.limit, key.labels_mode, labels)
