@@ -99,15 +99,25 @@ WHERE idempotency_key = ANY($1::text[]) AND sink_status IN ('pending', 'failed')
 
 # The writes `publish_pending` does for one fire: every pending or failed write of a key
 # the fire's audit rows name, oldest first, taken for this try (migration 0010): a try
-# that took them before stops at its next attempt. $1 activity run, $2 the try's token
+# that took them before stops at its next attempt. Locked in id order, as SINK_GIVE_UP
+# locks them, so two tries of fires that share keys wait for each other, never deadlock.
+# $1 activity run, $2 the try's token
 SINK_TAKE_WRITES_OF_FIRE = """
-WITH taken AS (
-    UPDATE task_spawn_log t
-    SET sink_sender = $2
+WITH owed AS (
+    SELECT t.id
+    FROM task_spawn_log t
     WHERE t.idempotency_key IN (
             SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
           )
       AND t.sink_status IN ('pending', 'failed')
+    ORDER BY t.id
+    FOR UPDATE
+),
+taken AS (
+    UPDATE task_spawn_log t
+    SET sink_sender = $2
+    FROM owed
+    WHERE t.id = owed.id
     RETURNING t.id, t.idempotency_key, t.sink_payload
 )
 SELECT id, idempotency_key, sink_payload FROM taken ORDER BY id
@@ -151,12 +161,20 @@ WHERE id = $1 AND sink_status IN ('pending', 'failed') AND sink_sender = $3
 # on its worker: it stops at its next attempt). A write the sink accepted meanwhile stays
 # written. $1 activity run, $2 why (kept where a try recorded its own reason)
 SINK_GIVE_UP = """
-UPDATE task_spawn_log
-SET sink_status = 'failed', sink_error = COALESCE(sink_error, $2), sink_sender = NULL
-WHERE idempotency_key IN (
-        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
-      )
-  AND sink_status IN ('pending', 'failed')
+WITH owed AS (
+    SELECT t.id
+    FROM task_spawn_log t
+    WHERE t.idempotency_key IN (
+            SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+          )
+      AND t.sink_status IN ('pending', 'failed')
+    ORDER BY t.id
+    FOR UPDATE
+)
+UPDATE task_spawn_log t
+SET sink_status = 'failed', sink_error = COALESCE(t.sink_error, $2), sink_sender = NULL
+FROM owed
+WHERE t.id = owed.id
 """
 
 # $1 activity run: (written, failed) over the fire's keys, after its sink step
