@@ -13,7 +13,9 @@ Ctrl-C or SIGTERM), and these figures:
     queue/coalesce.py; the ceiling is the issue's claim-one cycle and does not).
     Measured twice (first and late in the run); the higher figure is the ceiling. A
     minimal queue table (id, state, priority, created_at, one partial index) is measured
-    too, so the cost of the real schema shows;
+    right after each, so the cost of the real schema shows; its higher figure is the
+    reference, and each pair measured back to back is shown too (the machine's speed
+    drifts within a run);
 (b) the same cycle through the HTTP API (``activity-core serve`` as a separate process)
     with 8 and 32 concurrent workers, with p50/p99 latency of claim and of complete;
 (c) the same with ``limit: 10`` claims (runs/s);
