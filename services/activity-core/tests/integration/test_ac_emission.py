@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -615,99 +616,91 @@ class SwitchableHub:
         )
 
 
+@dataclass
+class OwedFire:
+    """A fire of three rules whose three sink writes are owed, and the hub they go to."""
+
+    hub: SwitchableHub
+    sink: StateHubSink
+    run_id: uuid.UUID
+
+
+@pytest.fixture
+async def owed_fire(pool: asyncpg.Pool) -> AsyncIterator[OwedFire]:
+    [spec] = await synced(pool, three_rules())
+    hub = SwitchableHub()
+    sink = hub.sink()
+    fire = await recorded(pool, spec, scheduled_fire())
+    assert fire.activity_run_id is not None
+    await emit(pool, sink, spec, fire)
+    try:
+        yield OwedFire(hub, sink, fire.activity_run_id)
+    finally:
+        await sink.aclose()
+
+
 async def test_a_try_still_retrying_when_the_window_ends_sends_nothing_more(
-    pool: asyncpg.Pool, db: asyncpg.Connection
+    pool: asyncpg.Pool, db: asyncpg.Connection, owed_fire: OwedFire
 ) -> None:
     # Temporal's timeout at the end of the retry window does not stop the attempt running
     # on its worker: it must withdraw its writes, or they reach State Hub twice, once from
     # it and once from the operator's retry-fire (CI saw exactly that end to end).
-    [spec] = await synced(pool, three_rules())
-    hub = SwitchableHub()
-    sink = hub.sink()
-    fire = await recorded(pool, spec, scheduled_fire())
-    assert fire.activity_run_id is not None
-    await emit(pool, sink, spec, fire)
-    try:
-        timed_out_try = asyncio.create_task(
-            publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
-        )
-        await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
-        totals = await give_up(pool, activity_run_id=fire.activity_run_id, reason="window over")
-        assert totals == SinkTotals(written=0, failed=3)
-        hub.down = False
-        # the try stops at its next attempt, sending none of the three writes
-        assert await asyncio.wait_for(timed_out_try, timeout=10) == SinkTotals(written=0, failed=3)
-        assert hub.accepted == {}
-        rows = await audit(db)
-        assert [r["sink_status"] for r in rows] == ["failed"] * 3
-        assert [r["sink_sender"] for r in rows] == [None] * 3
+    hub, sink, run_id = owed_fire.hub, owed_fire.sink, owed_fire.run_id
+    timed_out_try = asyncio.create_task(publish_pending(pool, sink, activity_run_id=run_id))
+    await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
+    totals = await give_up(pool, activity_run_id=run_id, reason="window over")
+    assert totals == SinkTotals(written=0, failed=3)
+    hub.down = False
+    # the try stops at its next attempt, sending none of the three writes
+    assert await asyncio.wait_for(timed_out_try, timeout=10) == SinkTotals(written=0, failed=3)
+    assert hub.accepted == {}
+    rows = await audit(db)
+    assert [r["sink_status"] for r in rows] == ["failed"] * 3
+    assert [r["sink_sender"] for r in rows] == [None] * 3
 
-        # the retry-fire's try sends each write once
-        totals = await publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
-        assert totals == SinkTotals(written=3, failed=0)
-        assert hub.accepted == dict.fromkeys((r["idempotency_key"] for r in rows), 1)
-    finally:
-        await sink.aclose()
+    # the retry-fire's try sends each write once
+    totals = await publish_pending(pool, sink, activity_run_id=run_id)
+    assert totals == SinkTotals(written=3, failed=0)
+    assert hub.accepted == dict.fromkeys((r["idempotency_key"] for r in rows), 1)
 
 
 async def test_a_later_try_takes_the_writes_over_and_the_earlier_sends_none_of_them(
-    pool: asyncpg.Pool, db: asyncpg.Connection
+    pool: asyncpg.Pool, db: asyncpg.Connection, owed_fire: OwedFire
 ) -> None:
-    [spec] = await synced(pool, three_rules())
-    hub = SwitchableHub()
-    sink = hub.sink()
-    fire = await recorded(pool, spec, scheduled_fire())
-    assert fire.activity_run_id is not None
-    await emit(pool, sink, spec, fire)
+    hub, run_id = owed_fire.hub, owed_fire.run_id
+    earlier = asyncio.create_task(publish_pending(pool, owed_fire.sink, activity_run_id=run_id))
+    await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
+    later_sink = hub.sink(up=True)
     try:
-        earlier = asyncio.create_task(
-            publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
-        )
-        await asyncio.wait_for(hub.refused_once.wait(), timeout=10)
-        later_sink = hub.sink(up=True)
-        try:
-            later = await publish_pending(pool, later_sink, activity_run_id=fire.activity_run_id)
-        finally:
-            await later_sink.aclose()
-        assert later == SinkTotals(written=3, failed=0)
-        hub.down = False  # the earlier try would be answered now
-        # it withdrew the writes, whenever the later try had sent them: its totals are of
-        # that moment, and it failed none
-        assert (await asyncio.wait_for(earlier, timeout=10)).failed == 0
-        keys = [r["idempotency_key"] for r in await audit(db)]
-        assert hub.accepted == dict.fromkeys(keys, 1)
-        # a write the earlier try recorded as not yet sent would have kept its error
-        assert [r["sink_error"] for r in await audit(db)] == [None] * 3
+        later = await publish_pending(pool, later_sink, activity_run_id=run_id)
     finally:
-        await sink.aclose()
+        await later_sink.aclose()
+    assert later == SinkTotals(written=3, failed=0)
+    hub.down = False  # the earlier try would be answered now
+    # it withdrew the writes, whenever the later try had sent them: its totals are of
+    # that moment, and it failed none
+    assert (await asyncio.wait_for(earlier, timeout=10)).failed == 0
+    keys = [r["idempotency_key"] for r in await audit(db)]
+    assert hub.accepted == dict.fromkeys(keys, 1)
+    # a write the earlier try recorded as not yet sent would have kept its error
+    assert [r["sink_error"] for r in await audit(db)] == [None] * 3
 
 
 async def test_tries_and_a_give_up_of_the_same_writes_at_once_wait_for_each_other(
-    pool: asyncpg.Pool, db: asyncpg.Connection
+    pool: asyncpg.Pool, db: asyncpg.Connection, owed_fire: OwedFire
 ) -> None:
     # each statement that takes a fire's writes locks them in id order: no deadlock,
     # however the tries and the end of the window interleave
-    [spec] = await synced(pool, three_rules())
-    hub = SwitchableHub()
-    hub.down = False
-    sink = hub.sink()
-    fire = await recorded(pool, spec, scheduled_fire())
-    assert fire.activity_run_id is not None
-    await emit(pool, sink, spec, fire)
-    try:
-        for _ in range(5):
-            await asyncio.gather(
-                *(
-                    publish_pending(pool, sink, activity_run_id=fire.activity_run_id)
-                    for _ in range(6)
-                ),
-                give_up(pool, activity_run_id=fire.activity_run_id, reason="window over"),
-            )
-        rows = await audit(db)
-        assert [r["sink_status"] for r in rows] == ["written"] * 3
-        assert set(hub.accepted) == {r["idempotency_key"] for r in rows}
-    finally:
-        await sink.aclose()
+    owed_fire.hub.down = False
+    run_id = owed_fire.run_id
+    for _ in range(5):
+        await asyncio.gather(
+            *(publish_pending(pool, owed_fire.sink, activity_run_id=run_id) for _ in range(6)),
+            give_up(pool, activity_run_id=run_id, reason="window over"),
+        )
+    rows = await audit(db)
+    assert [r["sink_status"] for r in rows] == ["written"] * 3
+    assert set(owed_fire.hub.accepted) == {r["idempotency_key"] for r in rows}
 
 
 # --- queue disabled, report-only, audit links -------------------------------------------------

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from ac_testkit import SeededQueue
-from activity_core.db.migrate import bundled_migrations, migrate
+from activity_core.db.migrate import migrate
 from activity_core.db.pool import init_connection
 from activity_core.emission import queries as emission_queries
 
@@ -33,25 +33,11 @@ async def test_the_migration_copies_the_keys_of_the_runs_there_are(empty_dsn: st
     conn = await asyncpg.connect(empty_dsn)
     await init_connection(conn)
     try:
-        for migration in bundled_migrations():
-            if migration.version < 9:
-                await conn.execute(migration.sql)
+        await migrate(conn, up_to=8)  # as the build before 0009 left it
         seeded = SeededQueue(conn)
         await seeded.runs(3)
         await seeded.run(target_repo="other/repo", triggering_event_id="manual:x")
         before = await _run_keys(conn)
-        await conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
-            "checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in bundled_migrations():
-            if migration.version < 9:
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-                    migration.version,
-                    migration.name,
-                    migration.checksum,
-                )
         assert 9 in await migrate(conn)
         assert len(before) == 4
         assert await _keys(conn) == before
@@ -171,19 +157,7 @@ async def test_0011_keeps_the_ranks_there_are_and_the_trigger_ranks_every_new_ru
     conn = await asyncpg.connect(empty_dsn)
     await init_connection(conn)
     try:
-        await conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
-            "checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in bundled_migrations():
-            if migration.version < 11:
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-                    migration.version,
-                    migration.name,
-                    migration.checksum,
-                )
+        await migrate(conn, up_to=10)  # as the build before 0011 left it
         seeded = SeededQueue(conn)
         before = {await seeded.run(priority=p): RANKS[p] for p in RANKS}
         assert 11 in await migrate(conn)

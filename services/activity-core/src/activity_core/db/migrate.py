@@ -70,8 +70,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
-    """Apply pending migrations; answer the versions applied by this call."""
+async def migrate(conn: asyncpg.Connection, *, up_to: int | None = None) -> list[int]:
+    """Apply pending migrations (those up to ``up_to`` only, when given: a database as an
+    older build left it, for the tests of a migration over existing rows); answer the
+    versions applied by this call."""
     applied_now: list[int] = []
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
@@ -86,6 +88,8 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
                         f"migration {migration.version:04d}_{migration.name} was changed "
                         "after it was applied; add a new migration instead"
                     )
+                continue
+            if up_to is not None and migration.version > up_to:
                 continue
             async with conn.transaction():
                 await conn.execute(migration.sql)

@@ -97,13 +97,10 @@ FROM task_spawn_log
 WHERE idempotency_key = ANY($1::text[]) AND sink_status IN ('pending', 'failed')
 """
 
-# The writes `publish_pending` does for one fire: every pending or failed write of a key
-# the fire's audit rows name, oldest first, taken for this try (migration 0010): a try
-# that took them before stops at its next attempt. Locked in id order, as SINK_GIVE_UP
-# locks them, so two tries of fires that share keys wait for each other, never deadlock.
-# $1 activity run, $2 the try's token
-SINK_TAKE_WRITES_OF_FIRE = """
-WITH owed AS (
+# The writes a fire owes (pending or failed, of every key its audit rows name), locked in
+# id order: the take and the give-up lock them alike, so two tries of fires that share keys
+# wait for each other, never deadlock. $1 activity run
+_OWED_WRITES_OF_FIRE = """WITH owed AS (
     SELECT t.id
     FROM task_spawn_log t
     WHERE t.idempotency_key IN (
@@ -112,7 +109,13 @@ WITH owed AS (
       AND t.sink_status IN ('pending', 'failed')
     ORDER BY t.id
     FOR UPDATE
-),
+)"""
+
+# The writes `publish_pending` does for one fire: every pending or failed write of a key
+# the fire's audit rows name, oldest first, taken for this try (migration 0010): a try
+# that took them before stops at its next attempt. $1 activity run, $2 the try's token
+SINK_TAKE_WRITES_OF_FIRE = f"""
+{_OWED_WRITES_OF_FIRE},
 taken AS (
     UPDATE task_spawn_log t
     SET sink_sender = $2
@@ -160,17 +163,8 @@ WHERE id = $1 AND sink_status IN ('pending', 'failed') AND sink_sender = $3
 # holds any of the fire's writes any more (a try Temporal timed out may still be running
 # on its worker: it stops at its next attempt). A write the sink accepted meanwhile stays
 # written. $1 activity run, $2 why (kept where a try recorded its own reason)
-SINK_GIVE_UP = """
-WITH owed AS (
-    SELECT t.id
-    FROM task_spawn_log t
-    WHERE t.idempotency_key IN (
-            SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
-          )
-      AND t.sink_status IN ('pending', 'failed')
-    ORDER BY t.id
-    FOR UPDATE
-)
+SINK_GIVE_UP = f"""
+{_OWED_WRITES_OF_FIRE}
 UPDATE task_spawn_log t
 SET sink_status = 'failed', sink_error = COALESCE(t.sink_error, $2), sink_sender = NULL
 FROM owed

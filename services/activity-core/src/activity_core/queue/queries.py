@@ -115,11 +115,13 @@ _CLAIMABLE_TEMPLATE = """
 """
 _CLAIMABLE = _CLAIMABLE_TEMPLATE.replace("{mode}", "$4").replace("{labels}", "$5")
 
-# The claim itself: pick and lease in the same statement.
-# $1 worker, $2 lease seconds, $3 limit, $4 labels mode, $5 labels
-_CLAIM_TEMPLATE = f"""
+
+def _lease_picked(claimable: str) -> str:
+    """The claim itself: pick (``claimable``, a rendered _CLAIMABLE_TEMPLATE) and lease in
+    the same statement. $1 worker, $2 lease seconds; the pick's own parameters follow."""
+    return f"""
 WITH picked AS (
-    SELECT id{_CLAIMABLE.format(guard="{guard}", limit="$3")})
+    SELECT id{claimable})
 UPDATE ops_runs AS r
 SET state = 'claimed',
     claim_owner = $1,
@@ -130,6 +132,7 @@ FROM picked
 WHERE r.id = picked.id
 RETURNING {_qualified("r")}
 """
+
 
 # The common claim, written so that its plan can be cached. With `LIMIT $3` the plan
 # cache never keeps a generic plan (it prices a parameter limit at 10% of the open rows,
@@ -210,7 +213,8 @@ _UNLESS_STALE = """
            LIMIT 1) IS NULL"""
 
 # Run right after RECLAIM_STALE, in a fresh snapshot that sees the rows it reopened.
-CLAIM = _CLAIM_TEMPLATE.format(guard="")
+# $1 worker, $2 lease seconds, $3 limit, $4 labels mode, $5 labels
+CLAIM = _lease_picked(_CLAIMABLE.format(guard="", limit="$3"))
 
 # The common claim in one round trip (same parameters as CLAIM, limit at most
 # CLAIM_LIMIT_CEILING).
@@ -221,19 +225,9 @@ CLAIM_UNLESS_STALE = _CLAIM_CACHED_TEMPLATE.format(guard=_UNLESS_STALE)
 # matters) without finding the leased row again from an array and sorting it: about 2%
 # less server CPU per claim+complete cycle.
 # $1 worker, $2 lease seconds, $3 labels mode, $4 labels
-CLAIM_ONE_UNLESS_STALE = f"""
-WITH picked AS (
-    SELECT id{_CLAIMABLE_TEMPLATE.format(guard=_UNLESS_STALE, limit=1, mode="$3", labels="$4")})
-UPDATE ops_runs AS r
-SET state = 'claimed',
-    claim_owner = $1,
-    lease_until = now() + make_interval(secs => $2),
-    attempt = r.attempt + 1,
-    updated_at = now()
-FROM picked
-WHERE r.id = picked.id
-RETURNING {_qualified("r")}
-"""
+CLAIM_ONE_UNLESS_STALE = _lease_picked(
+    _CLAIMABLE_TEMPLATE.format(guard=_UNLESS_STALE, limit=1, mode="$3", labels="$4")
+)
 
 # The common claim of several claimers in one round trip (see _CLAIM_MANY_TEMPLATE). A
 # claimer with no row back goes through RECLAIM_STALE and CLAIM on its own.
