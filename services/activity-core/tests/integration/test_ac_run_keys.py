@@ -149,18 +149,18 @@ async def test_the_identifying_columns_never_change(
 RANKS = {"high": 0, "medium": 1, "low": 2}
 
 
-async def test_0011_keeps_the_ranks_there_are_and_the_trigger_ranks_every_new_run(
+async def test_the_migration_keeps_the_ranks_there_are_and_the_trigger_ranks_new_runs(
     empty_dsn: str,
 ) -> None:
-    # 0011: priority_rank is no longer a generated column (PostgreSQL computed it again on
-    # every claim and close); the insert trigger sets it from the priority.
+    # priority_rank is no longer a generated column (PostgreSQL computed it again on every
+    # claim and close); the insert trigger sets it from the priority.
     conn = await asyncpg.connect(empty_dsn)
     await init_connection(conn)
     try:
-        await migrate(conn, up_to=10)  # as the build before 0011 left it
+        await migrate(conn, up_to=8)  # as the build before 0009 left it
         seeded = SeededQueue(conn)
         before = {await seeded.run(priority=p): RANKS[p] for p in RANKS}
-        assert 11 in await migrate(conn)
+        assert 9 in await migrate(conn)
         ranks = "SELECT id, priority_rank FROM ops_runs"
         assert {r["id"]: r["priority_rank"] for r in await conn.fetch(ranks)} == before
         assert await conn.fetchval(

@@ -20,6 +20,15 @@
 --   priority, source type, execution refs, grant) move to the insert trigger, and such
 --   columns cannot change afterwards (a second trigger, which fires only for an UPDATE
 --   that names one). The queue columns keep one CHECK constraint: ops_runs_queue_shape.
+-- * The generated rank. PostgreSQL (before 18) computes every stored generated column
+--   again on every UPDATE of the row, whatever the UPDATE changes: each claim and close
+--   computed priority_rank's CASE. A run's priority is now fixed at insert, so its rank
+--   is too: priority_rank becomes a plain column the insert trigger sets (overriding any
+--   value an INSERT names) and the update trigger keeps. DROP EXPRESSION keeps the stored
+--   values and rewrites nothing.
+ALTER TABLE ops_runs ALTER COLUMN priority_rank DROP EXPRESSION;
+ALTER TABLE ops_runs ALTER COLUMN priority_rank SET NOT NULL;
+
 CREATE TABLE ops_run_keys (
     id uuid PRIMARY KEY,
     idempotency_key text NOT NULL UNIQUE,
@@ -72,6 +81,8 @@ BEGIN
             'grant as objects (run %)', NEW.id
             USING ERRCODE = 'check_violation';
     END IF;
+    -- claim order is high -> medium -> low; one btree serves ORDER BY (priority_rank, ...)
+    NEW.priority_rank := CASE NEW.priority WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END;
     INSERT INTO ops_run_keys (
         id, idempotency_key, activity_definition_id, target_repo, triggering_event_id,
         created_at
@@ -100,12 +111,12 @@ CREATE FUNCTION ops_runs_fixed_columns_unchanged() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF (NEW.id, NEW.idempotency_key, NEW.activity_definition_id, NEW.target_repo,
-        NEW.triggering_event_id, NEW.created_at, NEW.labels, NEW.priority, NEW.source_type,
-        NEW.execution_refs, NEW.repository_grant)
+        NEW.triggering_event_id, NEW.created_at, NEW.labels, NEW.priority, NEW.priority_rank,
+        NEW.source_type, NEW.execution_refs, NEW.repository_grant)
        IS DISTINCT FROM
        (OLD.id, OLD.idempotency_key, OLD.activity_definition_id, OLD.target_repo,
-        OLD.triggering_event_id, OLD.created_at, OLD.labels, OLD.priority, OLD.source_type,
-        OLD.execution_refs, OLD.repository_grant) THEN
+        OLD.triggering_event_id, OLD.created_at, OLD.labels, OLD.priority, OLD.priority_rank,
+        OLD.source_type, OLD.execution_refs, OLD.repository_grant) THEN
         RAISE EXCEPTION 'the columns an ops run was inserted with never change (run %)', OLD.id
             USING ERRCODE = 'check_violation';
     END IF;
@@ -115,8 +126,8 @@ $$;
 
 CREATE TRIGGER ops_runs_fixed_columns_unchanged
     BEFORE UPDATE OF id, idempotency_key, activity_definition_id, target_repo,
-        triggering_event_id, created_at, labels, priority, source_type, execution_refs,
-        repository_grant ON ops_runs
+        triggering_event_id, created_at, labels, priority, priority_rank, source_type,
+        execution_refs, repository_grant ON ops_runs
     FOR EACH ROW
     EXECUTE FUNCTION ops_runs_fixed_columns_unchanged();
 
