@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ops_contracts import CloseAction, CloseIntent, close_intent_digest
+from ops_contracts import (
+    CloseAction,
+    CloseIntent,
+    canonical_json,
+    close_intent_digest,
+    close_intent_encoding,
+)
 
 
 def complete(**overrides: Any) -> CloseIntent:
@@ -137,3 +143,51 @@ def test_digest_depends_only_on_content(result: dict[str, Any]) -> None:
     assert close_intent_digest(complete(result=result)) == close_intent_digest(
         complete(result=reordered)
     )
+
+
+def _containers_of(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    )
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    _containers_of,
+    max_leaves=20,
+)
+
+
+@given(
+    st.dictionaries(st.text(max_size=5), _JSON_VALUES, max_size=5),
+    st.sampled_from(["complete", "fail"]),
+    st.booleans(),
+)
+def test_digest_is_of_the_intent_as_model_dump_writes_it(
+    result: dict[str, Any], action: str, reopen: bool
+) -> None:
+    # close_intent_digest builds the fields itself instead of dumping the model; for
+    # every valid intent (tuples and floats inside the result included) the two agree.
+    intent = (
+        complete(result=result)
+        if action == "complete"
+        else fail(result=result or None, reopen=reopen, error='boom, "version": 2')
+    )
+    dumped = intent.model_dump(mode="json")
+    expected = (
+        "ci1-"
+        + hashlib.sha256(
+            b"ops-close-intent/v1\n"
+            + json.dumps(dumped, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+    )
+    assert close_intent_digest(intent) == expected
+    digest, result_json = close_intent_encoding(intent)
+    assert digest == expected
+    assert result_json == (None if intent.result is None else canonical_json(intent.result))

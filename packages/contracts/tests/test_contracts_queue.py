@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from ops_contracts import (
+    PARSED_STRICT_JSON,
     ClaimRequest,
     ClaimResponse,
     CloseDisposition,
@@ -171,6 +172,19 @@ def test_non_json_values_in_a_parsed_result_are_refused(bad: object) -> None:
         CompleteRequest.model_validate({"worker_id": "w", "result": {"x": bad}})
     with pytest.raises(ValidationError):
         FailRequest.model_validate({"worker_id": "w", "error": "e", "result": {"x": bad}})
+
+
+def test_a_value_parsed_from_strict_json_is_taken_as_finite_json_and_any_other_is_checked() -> None:
+    # PARSED_STRICT_JSON is the caller's promise that a strict parser made the value; the
+    # models then skip the encoding that proves it. Without the promise they check.
+    body = {"worker_id": "w", "result": {"x": [1, {"y": "z"}]}}
+    assert CompleteRequest.model_validate(body, context=PARSED_STRICT_JSON).result == body["result"]
+    unproven = {"worker_id": "w", "result": {"x": float("nan")}}
+    assert CompleteRequest.model_validate(unproven, context=PARSED_STRICT_JSON)
+    with pytest.raises(ValidationError):
+        CompleteRequest.model_validate(unproven)
+    with pytest.raises(ValidationError):
+        CompleteRequest.model_validate(unproven, context={"parsed_strict_json": False})
 
 
 def test_fail_defaults_and_bounds() -> None:

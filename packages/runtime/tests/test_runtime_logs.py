@@ -33,6 +33,22 @@ def test_the_timestamp_rounds_as_datetime_does_at_the_edges(created: float) -> N
     assert logs._timestamp(created) == _isoformat_z(created)
 
 
+@given(
+    st.lists(
+        st.floats(min_value=1_764_790_519.0, max_value=1_764_790_523.0, allow_nan=False),
+        min_size=2,
+        max_size=50,
+    )
+)
+def test_the_timestamps_of_lines_many_to_a_second_are_each_their_own(
+    times: list[float],
+) -> None:
+    # Each second's date and time is written once and then reused: lines in the same
+    # second, the next one, and back again (another thread's older record) stay exact.
+    for created in [*sorted(times), *times]:
+        assert logs._timestamp(created) == _isoformat_z(created)
+
+
 def _record(**extra: object) -> logging.LogRecord:
     record = logging.LogRecord(
         "activity_core.queue", logging.INFO, "x.py", 1, "run %s", ("é",), None

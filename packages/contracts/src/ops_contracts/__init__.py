@@ -6,7 +6,7 @@ accepts, so extend, never rename.
 """
 
 from ops_contracts.canonical import canonical_json, digest_hex
-from ops_contracts.close_intent import CloseIntent, close_intent_digest
+from ops_contracts.close_intent import CloseIntent, close_intent_digest, close_intent_encoding
 from ops_contracts.codes import (
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
@@ -64,6 +64,7 @@ from ops_contracts.operator import (
 from ops_contracts.params import TEXT_SCHEMA_PATTERN, Instant, Printable, in_utc, text_error
 from ops_contracts.profile_ref import harness_profile_ref_error, parse_harness_profile_ref
 from ops_contracts.queue import (
+    PARSED_STRICT_JSON,
     Attempt,
     ClaimRequest,
     ClaimResponse,
@@ -88,6 +89,7 @@ __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
     "MAX_BULK_REQUEUE",
     "MAX_CANCEL_REASON_LENGTH",
+    "PARSED_STRICT_JSON",
     "REFUSAL_HTTP_STATUS",
     "TERMINAL_STATES",
     "TEXT_SCHEMA_PATTERN",
@@ -144,6 +146,7 @@ __all__ = [
     "acceptance_policy_id",
     "canonical_json",
     "close_intent_digest",
+    "close_intent_encoding",
     "digest_hex",
     "gateway_result_payload",
     "grant_id",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-__all__ = ["canonical_json", "digest_hex"]
+__all__ = ["canonical_json", "digest_hex", "digest_hex_of_encoded"]
 
 
 def canonical_json(value: object) -> bytes:
@@ -55,10 +55,14 @@ def digest_hex(value: object, *, domain: str) -> str:
     different digests. A domain may not contain a newline, so the boundary
     between tag and payload is unambiguous.
     """
+    return digest_hex_of_encoded(canonical_json(value), domain=domain)
+
+
+def digest_hex_of_encoded(encoded: bytes, *, domain: str) -> str:
+    """``digest_hex`` of a value whose ``canonical_json`` the caller already holds."""
     if not domain or "\n" in domain:
         raise ValueError("digest domain must be a non-empty single line")
-    payload = domain.encode("utf-8") + b"\n" + canonical_json(value)
-    return hashlib.sha256(payload).hexdigest()
+    return hashlib.sha256(domain.encode("utf-8") + b"\n" + encoded).hexdigest()
 
 
 # A tuple, not `dict | list | tuple`: isinstance with a union is twice as slow.

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ops_contracts.canonical import canonical_json, digest_hex
+from ops_contracts.canonical import canonical_json, digest_hex_of_encoded
 from ops_contracts.codes import CloseAction
 from ops_contracts.queue import MAX_ERROR_LENGTH, WorkerId
 
-__all__ = ["CLOSE_INTENT_DOMAIN", "CloseIntent", "close_intent_digest"]
+__all__ = ["CLOSE_INTENT_DOMAIN", "CloseIntent", "close_intent_digest", "close_intent_encoding"]
 
 CLOSE_INTENT_DIGEST_PREFIX = "ci1-"
 CLOSE_INTENT_DOMAIN = "ops-close-intent/v1"
@@ -78,6 +78,31 @@ def close_intent_digest(intent: CloseIntent) -> str:
     covers the same set of keys and any change of worker, action, result,
     error or reopen decision changes it.
     """
-    return CLOSE_INTENT_DIGEST_PREFIX + digest_hex(
-        intent.model_dump(mode="json"), domain=CLOSE_INTENT_DOMAIN
+    return close_intent_encoding(intent)[0]
+
+
+def close_intent_encoding(intent: CloseIntent) -> tuple[str, bytes | None]:
+    """The intent's digest (:func:`close_intent_digest`), and ``canonical_json`` of its
+    result (None when it has none): the result, which is most of the intent, is encoded
+    once for both, so a caller that stores the result can store that text.
+
+    The digested text is ``canonical_json`` of what ``model_dump(mode="json")`` returns
+    for a valid intent (the validator proved the result plain JSON, so the dump would
+    only copy it), built around the result's own encoding: canonical JSON sorts keys, so
+    ``"result"`` sits between ``"reopen"`` and ``"version"``, and a key is never
+    mistaken inside a string, whose quotes are escaped (tests/test_contracts_close_intent.py
+    checks the two agree)."""
+    result = None if intent.result is None else canonical_json(intent.result)
+    around = canonical_json(
+        {
+            "action": intent.action.value,
+            "error": intent.error,
+            "reopen": intent.reopen,
+            "version": intent.version,
+            "worker_id": intent.worker_id,
+        }
     )
+    cut = around.index(b',"version":')
+    digested = around[:cut] + b',"result":' + (b"null" if result is None else result) + around[cut:]
+    digest = digest_hex_of_encoded(digested, domain=CLOSE_INTENT_DOMAIN)
+    return CLOSE_INTENT_DIGEST_PREFIX + digest, result

@@ -45,11 +45,21 @@ def _timestamp(created: float) -> str:
     """RFC 3339 UTC with milliseconds, exactly as
     datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds") writes it
     (microseconds rounded half-even first, then cut to milliseconds), with `Z` for UTC."""
+    global _last_second
     seconds = math.floor(created)
     micros = round((created - seconds) * 1_000_000)
     if micros == 1_000_000:
         seconds, micros = seconds + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros // 1000:03d}Z"
+    # Lines come many to a second: the date and time of the second is written once.
+    # One tuple, replaced whole, so a thread reading it never sees half of an update.
+    cached = _last_second
+    if cached[0] != seconds:
+        cached = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+        _last_second = cached
+    return f"{cached[1]}.{micros // 1000:03d}Z"
+
+
+_last_second: tuple[int, str] = (-1, "")
 
 
 class JsonFormatter(logging.Formatter):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from activity_core.db.pool import PoolConnection, create_pool, session_untouched
+from activity_core.db.pool import EncodedJson, PoolConnection, create_pool, session_untouched
+from ops_contracts import canonical_json
 
 
 async def _timeout_after_reuse(pool: asyncpg.Pool, *, declare: bool) -> str:
@@ -77,3 +78,29 @@ async def test_a_plain_connection_keeps_the_full_reset(db_dsn: str) -> None:
         assert "RESET ALL" in pooled.get_reset_query()
     finally:
         await pooled.close()
+
+
+async def test_encoded_json_is_sent_as_it_is_and_any_other_str_is_a_json_string(
+    db_dsn: str,
+) -> None:
+    # A close stores the text its digest already encoded (EncodedJson); a plain str is a
+    # JSON string value, never JSON text to be parsed.
+    pool = await create_pool(db_dsn, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            text = canonical_json({"b": [1, None], "a": "é"}).decode("utf-8")
+            stored = await conn.fetchval("SELECT $1::jsonb", EncodedJson(text))
+            assert stored == {"a": "é", "b": [1, None]}
+            assert await conn.fetchval("SELECT jsonb_typeof($1::jsonb)", EncodedJson(text)) == (
+                "object"
+            )
+            assert await conn.fetchval("SELECT $1::jsonb", text) == text
+            assert await conn.fetchval("SELECT jsonb_typeof($1::jsonb)", text) == "string"
+            # arrays of jsonb, as the coalesced close sends them
+            many = await conn.fetchval(
+                "SELECT array_agg(jsonb_typeof(x)) FROM unnest($1::jsonb[]) AS x",
+                [EncodedJson(text), {"c": 1}, None],
+            )
+            assert many == ["object", "object", None]
+    finally:
+        await pool.close()

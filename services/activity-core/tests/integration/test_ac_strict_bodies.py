@@ -17,12 +17,15 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, AppClient, SeededQueue, running_app
 from activity_core.http.body_guard import (
     MAX_JSON_DEPTH,
     BodyRejected,
     accepts_json,
+    check_tree,
     names_json,
     parse_strict_json,
 )
@@ -274,6 +277,47 @@ def test_strict_json_values() -> None:
             parse_strict_json(raw)
         assert refused.value.code is RefusalCode.invalid_request, raw
         assert refused.value.status == 422, raw
+
+
+# Strings that may hold a lone surrogate or brackets, so bodies come with and without an
+# escape that names a surrogate, and with bracket counts on both sides of the depth bound.
+_TEXTS = st.text(
+    alphabet=st.sampled_from(["a", "[", "{", "\\", "\ud800", "\udfff", "\U0001f600"]),
+    max_size=4,
+)
+
+
+def _containers_of(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(children, max_size=3) | st.dictionaries(_TEXTS, children, max_size=3)
+
+
+_VALUES = st.recursive(st.none() | st.integers() | _TEXTS, _containers_of, max_leaves=40)
+
+
+def _nest(value: Any, depth: int) -> Any:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@settings(max_examples=300)
+@given(_VALUES, st.integers(0, MAX_JSON_DEPTH + 3), st.booleans())
+def test_a_body_is_refused_exactly_when_its_whole_tree_breaks_a_rule(
+    value: Any, extra_depth: int, ascii_only: bool
+) -> None:
+    # parse_strict_json walks the tree only when the bytes do not already rule out a
+    # surrogate and a depth beyond the bound; its verdict is always the full walk's.
+    body = json.dumps(_nest(value, extra_depth), ensure_ascii=ascii_only).encode(
+        "utf-8", "surrogatepass"
+    )
+    try:
+        walked = json.loads(body.decode("utf-8"))
+        check_tree(walked)
+    except (UnicodeDecodeError, BodyRejected):
+        with pytest.raises(BodyRejected):
+            parse_strict_json(body)
+        return
+    assert parse_strict_json(body) == walked
 
 
 def test_the_media_types() -> None:

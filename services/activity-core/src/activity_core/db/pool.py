@@ -14,6 +14,7 @@ from ops_contracts import canonical_json
 
 __all__ = [
     "APPLICATION_NAME",
+    "EncodedJson",
     "Pool",
     "PoolConnection",
     "create_pool",
@@ -28,7 +29,16 @@ Pool = asyncpg.Pool
 log = logging.getLogger("activity_core")
 
 
+class EncodedJson(str):
+    """JSON text that canonical_json wrote: the json/jsonb codec sends it as it is
+    instead of encoding the value again. Any other str is a JSON string value."""
+
+    __slots__ = ()
+
+
 def _encode_json(value: Any) -> str:
+    if type(value) is EncodedJson:
+        return value
     # canonical_json refuses NaN/Infinity, so nothing non-finite ever reaches a jsonb column
     return canonical_json(value).decode("utf-8")
 

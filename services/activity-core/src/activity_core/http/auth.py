@@ -18,8 +18,11 @@
   unless ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS=1 (local development; the open operator
   plane's caller is then the operator named `anonymous`).
 
-Tokens are compared as sha256 digests with hmac.compare_digest against every known digest,
-so neither the match position nor a prefix leaks through timing.
+A token is never compared as itself: its sha256 digest is looked up among the known
+digests (a hash lookup, one per request however many credentials there are), or compared
+with hmac.compare_digest where there is one to compare with (sign-in, /metrics). Timing
+can then tell at most something of the digest, and a digest gives nothing towards a token
+(that would take a SHA-256 preimage), so no prefix of a token leaks.
 """
 
 from __future__ import annotations
@@ -179,6 +182,13 @@ class Authenticator:
                 token_digest(operator_token), OperatorRole.operator
             )
         self._workers = dict(workers)
+        # Who a presented digest belongs to, looked up by the digest itself: one hash
+        # lookup per request however many credentials there are (a scan of every
+        # credential cost a comparison per worker on each claim and close). The lookup's
+        # timing depends on the SHA-256 of the token, which tells nothing of the token.
+        # Where two credentials share a digest, the later one answers, as the scan did.
+        self._worker_by_digest = {digest: worker_id for worker_id, digest in workers.items()}
+        self._operator_by_digest = {c.digest: name for name, c in self._operators.items()}
         self._allow_unauth = allow_unauth
         known = [*self._workers.values(), *(c.digest for c in self._operators.values())]
         if self._metrics_digest in known:
@@ -248,17 +258,10 @@ class Authenticator:
         if not token:
             return Principal("anonymous")
         presented = token_digest(token)
-        # Every digest is compared (no early exit), so timing says nothing of which matched.
-        matched_worker: str | None = None
-        for worker_id, digest in self._workers.items():
-            if hmac.compare_digest(presented, digest):
-                matched_worker = worker_id
-        matched_operator: str | None = None
-        for name, credential in self._operators.items():
-            if hmac.compare_digest(presented, credential.digest):
-                matched_operator = name
+        matched_worker = self._worker_by_digest.get(presented)
         if matched_worker is not None:
             return Principal("worker", matched_worker)
+        matched_operator = self._operator_by_digest.get(presented)
         if matched_operator is not None:
             role = self._operators[matched_operator].role
             return Principal("operator", name=matched_operator, role=role)

@@ -61,6 +61,7 @@ __all__ = [
     "BodyRejected",
     "StrictJsonBody",
     "accepts_json",
+    "check_tree",
     "names_json",
     "parse_strict_json",
     "replaying",
@@ -69,6 +70,10 @@ __all__ = [
 MAX_JSON_DEPTH = 64
 _FORMS = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# A surrogate can only come from an escape (a UTF-8 body cannot encode one): a body
+# without an escape that could name one holds none. Over-matches an escaped backslash
+# followed by "ud8…", which only costs the walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 # a key quoted in a refusal's detail is cut to this many characters
 _KEY_SHOWN = 64
 
@@ -144,7 +149,7 @@ def _unpaired_surrogate(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
-def _check_tree(value: Any) -> None:
+def check_tree(value: Any) -> None:
     """Depth, and no string or key with an unpaired surrogate; without recursion, each
     container once (the strings are checked where they sit)."""
     if isinstance(value, str) and _unpaired_surrogate(value):
@@ -211,7 +216,13 @@ def parse_strict_json(body: bytes) -> Any:
         raise BodyRejected(
             RefusalCode.invalid_request, f"the body is not valid JSON: {exc}"
         ) from None
-    _check_tree(value)
+    # The walk looks for what the bytes can already rule out: no surrogate escape, and
+    # fewer brackets than the depth bound (each level opens one). Most bodies skip it.
+    if (
+        _SURROGATE_ESCAPE.search(body) is not None
+        or body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH
+    ):
+        check_tree(value)
     return value
 
 

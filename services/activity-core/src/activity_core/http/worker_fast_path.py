@@ -43,6 +43,7 @@ from activity_core.http.body_guard import BodyRejected, accepts_json, parse_stri
 from activity_core.http.deps import worker_call
 from activity_core.http.request_metrics import ROUTE_TEMPLATE_KEY
 from activity_core.http.worker_ops import CLAIM, RUN_ENDPOINTS, WorkerEndpoint
+from ops_contracts import PARSED_STRICT_JSON
 
 __all__ = ["WorkerFastPath", "match_worker_path"]
 
@@ -126,8 +127,11 @@ class WorkerFastPath:
     def _valid_body(endpoint: WorkerEndpoint, body: bytes) -> Any:
         try:
             # The same steps as the body guard and then FastAPI: strict JSON, then the
-            # model in Python mode on the parsed value.
-            return endpoint.body_model.model_validate(parse_strict_json(body))
+            # model in Python mode on the parsed value, which the model is told came from
+            # strict JSON (it need not encode a result to prove it finite JSON).
+            return endpoint.body_model.model_validate(
+                parse_strict_json(body), context=PARSED_STRICT_JSON
+            )
         except (BodyRejected, ValidationError):
             return None
 

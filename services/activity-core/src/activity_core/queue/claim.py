@@ -179,7 +179,7 @@ class Claims:
         self, key: ClaimKey, claimers: list[Claimer]
     ) -> list[list[asyncpg.Record]]:
         """One leasing statement for claims that arrived together: the rows of each."""
-        self._metrics.coalesced.labels(statement="claim").observe(len(claimers))
+        self._metrics.coalesced_claims.observe(len(claimers))
         labels = list(key.labels)
         if len(claimers) == 1 and key.limit == 1:
             one = claimers[0]

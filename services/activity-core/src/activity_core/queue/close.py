@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.db.pool import EncodedJson
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
 from activity_core.queue.close_decision import (
@@ -45,7 +46,7 @@ from ops_contracts import (
     CloseDisposition,
     CloseIntent,
     RunState,
-    close_intent_digest,
+    close_intent_encoding,
 )
 from ops_evidence import normalize_result, sanitize_error
 
@@ -65,6 +66,14 @@ class Closer(NamedTuple):
     run_id: uuid.UUID
     state: RunState  # the terminal state it reaches
     request: CloseRequest
+
+
+def stored_result(request: CloseRequest) -> Any:
+    """The result parameter of a close statement: the text the intent's digest already
+    encoded, which the jsonb codec then sends as it is, else the value itself."""
+    if request.result_json is not None:
+        return EncodedJson(request.result_json)
+    return request.result
 
 
 def refusal(refused: Refuse, run_id: uuid.UUID, worker_id: str, action: str) -> QueueRefusal:
@@ -132,14 +141,16 @@ class Closes:
     ) -> tuple[dict[str, Any], CloseDisposition]:
         # The attempt fences the close to one claim of the run; it is not part of the
         # intent, so a repeat of a recorded close reconciles whichever attempt it names.
+        digest, result_json = close_intent_encoding(intent)
         request = CloseRequest(
             action=intent.action,
             worker_id=intent.worker_id,
             result=intent.result,
             error=intent.error,
             reopen=intent.reopen,
-            intent_digest=close_intent_digest(intent),
+            intent_digest=digest,
             attempt=attempt,
+            result_json=None if result_json is None else result_json.decode("utf-8"),
         )
         started = time.perf_counter()
         state = terminal_state_without_row(request)
@@ -152,7 +163,7 @@ class Closes:
                 Unit.TRANSACTION, lambda conn: self._close_locked(conn, run_id, request)
             )
         self._metrics.close_latency.observe(time.perf_counter() - started)
-        self._metrics.closes.labels(action=intent.action.value, disposition=disposition.value).inc()
+        self._metrics.count_close(intent.action.value, disposition.value)
         log.info(
             "run %s %s",
             intent.action.value,
@@ -173,7 +184,7 @@ class Closes:
         for n, closer in enumerate(closers):
             first.setdefault(closer.run_id, n)
         unique = [closers[n] for n in first.values()]
-        self._metrics.coalesced.labels(statement="close").observe(len(unique))
+        self._metrics.coalesced_closes.observe(len(unique))
         if len(unique) == 1:
             one = unique[0]
             row = await self._run(
@@ -183,7 +194,7 @@ class Closes:
                     one.run_id,
                     one.request.worker_id,
                     one.state.value,
-                    one.request.result,
+                    stored_result(one.request),
                     one.request.error,
                     one.request.intent_digest,
                     one.request.attempt,
@@ -198,7 +209,7 @@ class Closes:
                     [c.run_id for c in unique],
                     [c.request.worker_id for c in unique],
                     [c.state.value for c in unique],
-                    [c.request.result for c in unique],
+                    [stored_result(c.request) for c in unique],
                     [c.request.error for c in unique],
                     [c.request.intent_digest for c in unique],
                     [c.request.attempt for c in unique],
@@ -228,7 +239,7 @@ class Closes:
             return {**dict(row), "requeued_as": successors}, CloseDisposition.reconciled
         if isinstance(decision, ReopenRun):
             reopened = await conn.fetchrow(
-                queries.REOPEN_AFTER_FAILURE, run_id, request.result, request.error
+                queries.REOPEN_AFTER_FAILURE, run_id, stored_result(request), request.error
             )
             return reopened, CloseDisposition.reopened
         assert isinstance(decision, ApplyTerminal)
@@ -236,7 +247,7 @@ class Closes:
             queries.CLOSE_TERMINAL,
             run_id,
             decision.state.value,
-            request.result,
+            stored_result(request),
             request.error,
             request.intent_digest,
         )

@@ -51,6 +51,8 @@ class CloseRequest:
     intent_digest: str
     # the claim the close belongs to (fencing); None: not checked
     attempt: int | None = None
+    # canonical_json of `result`, when the digest already encoded it (stored as is)
+    result_json: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ takes their max, never their sum.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -89,6 +90,11 @@ class QueueMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        # The children the claim and close path touch on every request, looked up once:
+        # `labels()` costs more than the observation itself.
+        self.coalesced_claims = self.coalesced.labels(statement="claim")
+        self.coalesced_closes = self.coalesced.labels(statement="close")
+        self._closes_by_kind: dict[tuple[str, str], Any] = {}
         # Exported at 0 from the start: a series that first appears at 1 has no earlier
         # sample, and rate()/increase() would miss that first expiry.
         for outcome in LEASE_OUTCOMES:
@@ -132,6 +138,13 @@ class QueueMetrics:
             ["outcome"],
             registry=self.registry,
         )
+
+    def count_close(self, action: str, disposition: str) -> None:
+        counter = self._closes_by_kind.get((action, disposition))
+        if counter is None:
+            counter = self.closes.labels(action=action, disposition=disposition)
+            self._closes_by_kind[(action, disposition)] = counter
+        counter.inc()
 
     def exposition(self) -> bytes:
         """The text exposition: this app's registry, or every worker's under multiprocess."""
