@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ops_contracts import (
+    PARSED_STRICT_JSON,
     CloseAction,
     CloseIntent,
     canonical_json,
@@ -191,3 +192,16 @@ def test_digest_is_of_the_intent_as_model_dump_writes_it(
     digest, result_json = close_intent_encoding(intent)
     assert digest == expected
     assert result_json == (None if intent.result is None else canonical_json(intent.result))
+
+
+def test_an_intent_of_strictly_parsed_values_is_not_encoded_to_prove_it_digestible() -> None:
+    # PARSED_STRICT_JSON is the caller's promise that the result is finite JSON; without
+    # it, the intent encodes the result and refuses what the digest could not encode.
+    fields = {"action": "complete", "worker_id": "w", "result": {"x": float("nan")}}
+    with pytest.raises(ValidationError):
+        CloseIntent.model_validate(fields)
+    assert CloseIntent.model_validate(fields, context=PARSED_STRICT_JSON).result is not None
+    good = {"action": "complete", "worker_id": "w", "result": {"x": [1, "é"]}}
+    assert close_intent_digest(
+        CloseIntent.model_validate(good, context=PARSED_STRICT_JSON)
+    ) == close_intent_digest(CloseIntent.model_validate(good))

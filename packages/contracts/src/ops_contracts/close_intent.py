@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ops_contracts.canonical import canonical_json, digest_hex_of_encoded
 from ops_contracts.codes import CloseAction
@@ -55,7 +62,7 @@ class CloseIntent(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> CloseIntent:
+    def _consistent(self, info: ValidationInfo) -> CloseIntent:
         if self.action is CloseAction.complete:
             if self.result is None:
                 raise ValueError("a complete intent needs a result")
@@ -65,8 +72,11 @@ class CloseIntent(BaseModel):
                 raise ValueError("a complete intent cannot reopen")
         elif not self.error:
             raise ValueError("a fail intent needs a non-empty error")
-        if self.result is not None:
-            # Refuse here what the digest could not encode later.
+        if self.result is not None and not (
+            info.context and info.context.get("parsed_strict_json")
+        ):
+            # Refuse here what the digest could not encode later; a result made of
+            # values a strict JSON parser produced (PARSED_STRICT_JSON) is encodable.
             canonical_json(self.result)
         return self
 

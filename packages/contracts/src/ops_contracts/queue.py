@@ -135,11 +135,13 @@ Label = Annotated[
 _REQUEST_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-# The validation context of a request model validated from a value that a strict JSON
-# parser produced: string keys only, no NaN or Infinity, no unpaired surrogate, nesting
-# far below the recursion limit (activity-core's body guard). Such a value is finite JSON
-# by construction, so the result's finite-JSON check, which encodes the whole result,
-# is skipped: `CompleteRequest.model_validate(value, context=PARSED_STRICT_JSON)`.
+# The validation context of a model validated from values that a strict JSON parser
+# produced (string keys only, no NaN or Infinity, no unpaired surrogate, nesting far below
+# the recursion limit: activity-core's body guard), or that were made of such values by
+# picking and cutting them (a normalized result). Such a value is finite JSON by
+# construction, so the result's finite-JSON check, which encodes the whole result, is
+# skipped: `CompleteRequest.model_validate(value, context=PARSED_STRICT_JSON)`; the same
+# for CloseIntent.
 PARSED_STRICT_JSON: Mapping[str, bool] = MappingProxyType({"parsed_strict_json": True})
 
 

@@ -42,6 +42,7 @@ from activity_core.queue.errors import QueueRefusal
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.projection import project
 from ops_contracts import (
+    PARSED_STRICT_JSON,
     CloseAction,
     CloseDisposition,
     CloseIntent,
@@ -87,6 +88,13 @@ def refusal(refused: Refuse, run_id: uuid.UUID, worker_id: str, action: str) -> 
     return QueueRefusal(refused.code, refused.detail)
 
 
+def _intent(**fields: Any) -> CloseIntent:
+    # A close's raw result is a request body's, which a request model or the strict
+    # parser proved finite JSON, and normalizing only picks and cuts it: the intent need
+    # not encode it once more to prove it digestible (the digest encodes it).
+    return CloseIntent.model_validate(fields, context=PARSED_STRICT_JSON)
+
+
 class Closes:
     def __init__(
         self, pool: asyncpg.Pool, *, max_attempts: int, metrics: QueueMetrics, coalesce_max: int
@@ -107,7 +115,7 @@ class Closes:
         attempt: int | None = None,
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = normalize_result(raw_result)
-        intent = CloseIntent(
+        intent = _intent(
             action=CloseAction.complete,
             worker_id=worker_id,
             result=result,
@@ -127,7 +135,7 @@ class Closes:
         attempt: int | None = None,
     ) -> tuple[dict[str, Any], CloseDisposition]:
         result = None if raw_result is None else normalize_result(raw_result)
-        intent = CloseIntent(
+        intent = _intent(
             action=CloseAction.fail,
             worker_id=worker_id,
             result=result,
