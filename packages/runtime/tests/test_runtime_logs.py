@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -91,3 +92,72 @@ def test_a_value_json_cannot_encode_is_text_and_an_exception_has_its_traceback()
     assert line["traceback"].startswith("Traceback (most recent call last):\n")
     assert line["traceback"].endswith("KeyError: 'boom'")
     assert "\n" not in text
+
+
+def _batched_logger(name: str) -> tuple[logging.Logger, logs.StderrHandler]:
+    handler = logs.StderrHandler(batch_in_event_loop=True)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger, handler
+
+
+def test_lines_of_one_loop_iteration_are_written_together_after_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    logger, _ = _batched_logger("test.batched.iteration")
+    seen_inside: list[str] = []
+
+    async def log_a_few() -> None:
+        for n in range(3):
+            logger.info("line %d", n)
+        seen_inside.append(capsys.readouterr().err)
+        await asyncio.sleep(0)  # the loop runs what is ready: the pending lines go out
+        seen_inside.append(capsys.readouterr().err)
+
+    asyncio.run(log_a_few())
+    assert seen_inside == ["", "INFO line 0\nINFO line 1\nINFO line 2\n"]
+
+
+def test_a_warning_and_a_line_outside_a_loop_are_written_at_once_after_what_is_pending(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    logger, _ = _batched_logger("test.batched.warning")
+    seen_inside: list[str] = []
+
+    async def log_then_warn() -> None:
+        logger.info("first")
+        logger.warning("then this")
+        seen_inside.append(capsys.readouterr().err)
+
+    asyncio.run(log_then_warn())
+    assert seen_inside == ["INFO first\nWARNING then this\n"]
+    logger.info("no loop")
+    assert capsys.readouterr().err == "INFO no loop\n"
+
+
+def test_flush_writes_what_a_loop_that_stopped_left_pending(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A loop that ends right after a line never runs the write it scheduled; flush()
+    # (logging.shutdown at exit) writes it.
+    logger, handler = _batched_logger("test.batched.flush")
+    loop = asyncio.new_event_loop()
+    try:
+
+        async def log_and_stop() -> None:
+            logger.info("last words")
+            loop.stop()
+
+        task = loop.create_task(log_and_stop())
+        loop.run_forever()
+        assert task.done()
+    finally:
+        loop.close()
+    # stop() ends the loop after the callbacks that were ready: the write it scheduled
+    # meanwhile never ran
+    assert capsys.readouterr().err == ""
+    handler.flush()
+    assert capsys.readouterr().err == "INFO last words\n"

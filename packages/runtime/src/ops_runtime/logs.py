@@ -10,6 +10,8 @@ facts there (run_id, worker_id, request_id, code), never a token or a result bod
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -108,7 +110,19 @@ class JsonFormatter(logging.Formatter):
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to the sys.stderr of the moment, as logging.lastResort does: a replaced
-    stderr (a test's capture) never leaves a handler writing to a closed stream."""
+    stderr (a test's capture) never leaves a handler writing to a closed stream.
+
+    `batch_in_event_loop`: lines below WARNING logged while an event loop runs in this
+    thread are written together when the loop has run what is ready (one write and one
+    flush for the lines of a loop iteration, instead of one each: a server logs a line for
+    every claim and every close). A WARNING or worse, and any line outside a running loop,
+    is written at once, after the lines still pending, so the order never changes.
+    flush() writes what is pending: logging.shutdown() calls it at exit."""
+
+    def __init__(self, *, batch_in_event_loop: bool = False) -> None:
+        super().__init__()
+        self._batch = batch_in_event_loop
+        self._pending: list[str] = []
 
     @property
     def stream(self) -> object:
@@ -117,6 +131,40 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _: object) -> None:
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self._batch:
+            super().emit(record)
+            return
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        # called with the handler's lock held (Handler.handle), as flush() takes it
+        self._pending.append(line)
+        loop = asyncio._get_running_loop() if record.levelno < logging.WARNING else None
+        if loop is None:
+            self._write_pending()
+        elif len(self._pending) == 1:
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        stream = sys.stderr
+        if self._pending:
+            text = "\n".join(self._pending) + "\n"
+            self._pending.clear()
+            with contextlib.suppress(Exception):
+                # as StreamHandler: a stream that cannot be written to loses the lines,
+                # never the caller's request
+                stream.write(text)
+        if hasattr(stream, "flush"):
+            with contextlib.suppress(Exception):
+                stream.flush()
 
 
 def log_uncaught_to(logger_name: str) -> None:

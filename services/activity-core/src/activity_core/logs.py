@@ -24,7 +24,9 @@ def configure_logging(level: str = "INFO") -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    handler = StderrHandler()
+    # Lines of one event-loop iteration go out in one write (ops_runtime.logs); a WARNING
+    # or worse at once.
+    handler = StderrHandler(batch_in_event_loop=True)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import multiprocessing
 import os
 import shutil
@@ -158,7 +159,11 @@ def _worker_main(dsn: str, listen: Listen) -> None:
     _stop_when_the_supervisor_dies()
     app = create_app(settings, dsn=dsn)
     freeze_the_loaded_heap()
-    DrainingServer(uvicorn_config(app, listen)).run(sockets=[sock])
+    try:
+        DrainingServer(uvicorn_config(app, listen)).run(sockets=[sock])
+    finally:
+        # the last lines the loop left pending (logs.configure_logging batches them)
+        logging.shutdown()
 
 
 def _stop_when_the_supervisor_dies() -> None:
