@@ -100,6 +100,9 @@ async def test_two_workers_serve_one_port_and_metrics_count_both(
                 "/ops-runs/claim", json={"worker_id": WORKER_ID}, headers=worker
             )
             assert response.status_code == 200, response.text
+            # no header names the server software; the Date header is there (RFC 9110)
+            assert "server" not in response.headers
+            assert "date" in response.headers
             claimed += [run["id"] for run in response.json()["runs"]]
         assert len(claimed) == len(set(claimed)) == 12
         # whichever worker answers the scrape reports every worker's claims
