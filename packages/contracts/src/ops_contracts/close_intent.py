@@ -27,7 +27,7 @@ from pydantic import (
 
 from ops_contracts.canonical import canonical_json, digest_hex_of_encoded
 from ops_contracts.codes import CloseAction
-from ops_contracts.queue import MAX_ERROR_LENGTH, WorkerId
+from ops_contracts.queue import MAX_ERROR_LENGTH, WorkerId, parsed_strict_json
 
 __all__ = ["CLOSE_INTENT_DOMAIN", "CloseIntent", "close_intent_digest", "close_intent_encoding"]
 
@@ -72,9 +72,7 @@ class CloseIntent(BaseModel):
                 raise ValueError("a complete intent cannot reopen")
         elif not self.error:
             raise ValueError("a fail intent needs a non-empty error")
-        if self.result is not None and not (
-            info.context and info.context.get("parsed_strict_json")
-        ):
+        if self.result is not None and not parsed_strict_json(info):
             # Refuse here what the digest could not encode later; a result made of
             # values a strict JSON parser produced (PARSED_STRICT_JSON) is encodable.
             canonical_json(self.result)

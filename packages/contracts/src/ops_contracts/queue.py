@@ -63,6 +63,7 @@ __all__ = [
     "RunPage",
     "WorkerId",
     "label_error",
+    "parsed_strict_json",
 ]
 
 MAX_LEASE_SECONDS = 86_400
@@ -145,13 +146,18 @@ _REQUEST_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 PARSED_STRICT_JSON: Mapping[str, bool] = MappingProxyType({"parsed_strict_json": True})
 
 
+def parsed_strict_json(info: ValidationInfo) -> bool:
+    """The model is validated under PARSED_STRICT_JSON."""
+    return bool(info.context and info.context.get("parsed_strict_json"))
+
+
 def _require_finite_json(
     value: dict[str, Any] | None, info: ValidationInfo
 ) -> dict[str, Any] | None:
     # allow_inf_nan covers float fields only; a result is free-form, so check
     # that it is plain finite JSON that canonical_json (and so a close-intent
     # digest) can encode.
-    if value is not None and not (info.context and info.context.get("parsed_strict_json")):
+    if value is not None and not parsed_strict_json(info):
         try:
             canonical_json(value)
         except ValueError as exc:

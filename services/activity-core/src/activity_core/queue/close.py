@@ -69,7 +69,7 @@ class Closer(NamedTuple):
     request: CloseRequest
 
 
-def stored_result(request: CloseRequest) -> Any:
+def _stored_result(request: CloseRequest) -> Any:
     """The result parameter of a close statement: the text the intent's digest already
     encoded, which the jsonb codec then sends as it is, else the value itself."""
     if request.result_json is not None:
@@ -202,7 +202,7 @@ class Closes:
                     one.run_id,
                     one.request.worker_id,
                     one.state.value,
-                    stored_result(one.request),
+                    _stored_result(one.request),
                     one.request.error,
                     one.request.intent_digest,
                     one.request.attempt,
@@ -217,7 +217,7 @@ class Closes:
                     [c.run_id for c in unique],
                     [c.request.worker_id for c in unique],
                     [c.state.value for c in unique],
-                    [stored_result(c.request) for c in unique],
+                    [_stored_result(c.request) for c in unique],
                     [c.request.error for c in unique],
                     [c.request.intent_digest for c in unique],
                     [c.request.attempt for c in unique],
@@ -247,7 +247,7 @@ class Closes:
             return {**dict(row), "requeued_as": successors}, CloseDisposition.reconciled
         if isinstance(decision, ReopenRun):
             reopened = await conn.fetchrow(
-                queries.REOPEN_AFTER_FAILURE, run_id, stored_result(request), request.error
+                queries.REOPEN_AFTER_FAILURE, run_id, _stored_result(request), request.error
             )
             return reopened, CloseDisposition.reopened
         assert isinstance(decision, ApplyTerminal)
@@ -255,7 +255,7 @@ class Closes:
             queries.CLOSE_TERMINAL,
             run_id,
             decision.state.value,
-            stored_result(request),
+            _stored_result(request),
             request.error,
             request.intent_digest,
         )
