@@ -68,10 +68,14 @@ class Listen:
 def uvicorn_config(app: Any, listen: Listen) -> Any:
     import uvicorn
 
+    from activity_core.one_write_answers import OneWriteHttpToolsProtocol
+
     return uvicorn.Config(
         app,
         host=listen.host,
         port=listen.port,
+        # httptools, each answer in one write (one_write_answers.py says why)
+        http=OneWriteHttpToolsProtocol,
         log_config=None,
         access_log=False,
         # no `server: uvicorn` on every answer: it names the software to an attacker and
