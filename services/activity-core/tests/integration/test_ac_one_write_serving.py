@@ -51,9 +51,12 @@ class SocketWrites(asyncio.Transport):
         return self._transport.get_write_buffer_size()
 
 
+LARGE = bytes(range(256)) * 800
+
+
 async def answers(scope: Scope, receive: Receive, send: Send) -> None:
-    """/one: a JSON answer in one body message; /streamed: three body messages, awaited
-    apart."""
+    """/one: a JSON answer in one body message; /large: 200 KB in one body message;
+    /streamed: three body messages, awaited apart."""
     if scope["type"] != "http":
         return
     await receive()
@@ -62,6 +65,11 @@ async def answers(scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"11")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+        return
+    if scope["path"] == "/large":
+        headers = [(b"content-length", str(len(LARGE)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": LARGE})
         return
     await send({"type": "http.response.start", "status": 200, "headers": []})
     for part in (b"first,", b"second,", b"third"):
@@ -140,3 +148,12 @@ def test_an_answer_streamed_over_awaits_arrives_whole_and_in_order(sent: list[by
     assert b"".join(sent) == answer
     assert len(sent) == 4
     assert sent[0].endswith(b"\r\n\r\n6\r\nfirst,\r\n")
+
+
+def test_a_large_answer_is_written_at_once_and_arrives_whole(sent: list[bytes]) -> None:
+    with served(sent) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"GET /large HTTP/1.1\r\nhost: test\r\n\r\n")
+        answer = _read_answer(conn, LARGE)
+    assert answer.partition(b"\r\n\r\n")[2] == LARGE
+    # past FLUSH_AT_BYTES the held headers and the body leave together, at once
+    assert sent == [answer]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from activity_core.one_write_answers import WritesOfAnIteration
+from activity_core.one_write_answers import FLUSH_AT_BYTES, WritesOfAnIteration
 
 
 class RecordingTransport(asyncio.Transport):
@@ -73,6 +73,21 @@ async def test_writes_of_later_iterations_leave_later_in_the_order_written() -> 
     await _next_iteration()
     await _next_iteration()
     assert inner.calls == [("write", b"a"), ("write", b"bc")]
+
+
+async def test_once_enough_is_held_it_is_written_at_once_with_what_came_before() -> None:
+    inner = RecordingTransport()
+    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+    writes.write(b"head")
+    assert inner.calls == []
+    large = b"x" * (FLUSH_AT_BYTES - 4)
+    writes.write(large)
+    # within the iteration: the socket's flow control sees it as it would unwrapped
+    assert inner.calls == [("write", b"head" + large)]
+    assert writes.get_write_buffer_size() == 0
+    writes.write(b"tail")
+    await _next_iteration()
+    assert inner.calls == [("write", b"head" + large), ("write", b"tail")]
 
 
 async def test_a_written_buffer_is_copied_so_reusing_it_changes_nothing() -> None:
