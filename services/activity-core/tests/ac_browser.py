@@ -8,15 +8,13 @@ them).
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+from ac_threaded_uvicorn import uvicorn_in_a_thread
 
 from ac_testkit import settings_env
 from activity_core.http.app import create_app
@@ -40,23 +38,9 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "tests" / "artifacts"
 def served(db_dsn: str, **env: Any) -> Iterator[str]:
     """The app (settings_env plus `env`) at http://127.0.0.1:<port>."""
     app = create_app(load_settings(**settings_env(**env)), dsn=db_dsn)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="none", http="h11")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
+    with uvicorn_in_a_thread(config) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
 
 
 @asynccontextmanager

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import uvicorn
+from ac_threaded_uvicorn import uvicorn_in_a_thread
 from starlette.types import Receive, Scope, Send
 
 from activity_core import one_write_answers
@@ -79,25 +78,11 @@ async def answers(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @contextmanager
-def served(sent: list[bytes]) -> Iterator[int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn_config(answers, Listen("127.0.0.1", port))
+def served() -> Iterator[int]:
+    config = uvicorn_config(answers, Listen("127.0.0.1", 0))
     config.lifespan = "off"
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
+    with uvicorn_in_a_thread(config) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
 
 
 def _read_answer(conn: socket.socket, ends_with: bytes) -> bytes:
@@ -124,7 +109,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 
 def test_each_answer_leaves_in_one_write_on_a_kept_alive_connection(sent: list[bytes]) -> None:
-    with served(sent) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+    with served() as port, socket.create_connection(("127.0.0.1", port)) as conn:
         request = b"GET /one HTTP/1.1\r\nhost: test\r\n\r\n"
         conn.sendall(request)
         first = _read_answer(conn, b'{"runs":[]}')
@@ -138,7 +123,7 @@ def test_each_answer_leaves_in_one_write_on_a_kept_alive_connection(sent: list[b
 
 
 def test_an_answer_streamed_over_awaits_arrives_whole_and_in_order(sent: list[bytes]) -> None:
-    with served(sent) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+    with served() as port, socket.create_connection(("127.0.0.1", port)) as conn:
         conn.sendall(b"GET /streamed HTTP/1.1\r\nhost: test\r\n\r\n")
         answer = _read_answer(conn, b"0\r\n\r\n")
     head, _, chunked = answer.partition(b"\r\n\r\n")
@@ -151,7 +136,7 @@ def test_an_answer_streamed_over_awaits_arrives_whole_and_in_order(sent: list[by
 
 
 def test_a_large_answer_is_written_at_once_and_arrives_whole(sent: list[bytes]) -> None:
-    with served(sent) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+    with served() as port, socket.create_connection(("127.0.0.1", port)) as conn:
         conn.sendall(b"GET /large HTTP/1.1\r\nhost: test\r\n\r\n")
         answer = _read_answer(conn, LARGE)
     assert answer.partition(b"\r\n\r\n")[2] == LARGE
