@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from ac_threaded_uvicorn import uvicorn_in_a_thread
 
 from ac_testkit import settings_env
+from ac_threaded_uvicorn import uvicorn_in_a_thread
 from activity_core.http.app import create_app
 from activity_core.settings import load_settings
 

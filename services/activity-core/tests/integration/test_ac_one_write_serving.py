@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from ac_threaded_uvicorn import uvicorn_in_a_thread
 from starlette.types import Receive, Scope, Send
 
+from ac_threaded_uvicorn import uvicorn_in_a_thread
 from activity_core import one_write_answers
 from activity_core.serve import Listen, uvicorn_config
 
