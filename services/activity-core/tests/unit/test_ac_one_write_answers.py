@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from activity_core.one_write_answers import FLUSH_AT_BYTES, WritesOfAnIteration
 
 
@@ -48,14 +50,24 @@ class RecordingTransport(asyncio.Transport):
         return self.buffered
 
 
+@pytest.fixture
+def inner() -> RecordingTransport:
+    return RecordingTransport()
+
+
+@pytest.fixture
+async def writes(inner: RecordingTransport) -> WritesOfAnIteration:
+    return WritesOfAnIteration(inner, asyncio.get_running_loop())
+
+
 async def _next_iteration() -> None:
     # call_soon callbacks made before this sleep run before it returns
     await asyncio.sleep(0)
 
 
-async def test_the_writes_of_one_iteration_leave_as_one_write_after_it() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_the_writes_of_one_iteration_leave_as_one_write_after_it(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
     writes.write(b"{}")
     assert inner.calls == []  # held until the loop has run what is ready
@@ -63,9 +75,9 @@ async def test_the_writes_of_one_iteration_leave_as_one_write_after_it() -> None
     assert inner.calls == [("write", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")]
 
 
-async def test_writes_of_later_iterations_leave_later_in_the_order_written() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_writes_of_later_iterations_leave_later_in_the_order_written(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"a")
     await _next_iteration()
     writes.writelines([b"b", bytearray(b"c")])
@@ -75,9 +87,9 @@ async def test_writes_of_later_iterations_leave_later_in_the_order_written() -> 
     assert inner.calls == [("write", b"a"), ("write", b"bc")]
 
 
-async def test_once_enough_is_held_it_is_written_at_once_with_what_came_before() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_once_enough_is_held_it_is_written_at_once_with_what_came_before(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"head")
     assert inner.calls == []
     large = b"x" * (FLUSH_AT_BYTES - 4)
@@ -90,9 +102,9 @@ async def test_once_enough_is_held_it_is_written_at_once_with_what_came_before()
     assert inner.calls == [("write", b"head" + large), ("write", b"tail")]
 
 
-async def test_a_written_buffer_is_copied_so_reusing_it_changes_nothing() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_a_written_buffer_is_copied_so_reusing_it_changes_nothing(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     buffer = bytearray(b"first")
     writes.write(buffer)
     writes.write(memoryview(buffer)[:2])
@@ -101,9 +113,9 @@ async def test_a_written_buffer_is_copied_so_reusing_it_changes_nothing() -> Non
     assert inner.calls == [("write", b"firstfi")]
 
 
-async def test_close_sends_what_is_held_first() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_close_sends_what_is_held_first(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"answer")
     writes.close()
     assert inner.calls == [("write", b"answer"), ("close", None)]
@@ -111,36 +123,36 @@ async def test_close_sends_what_is_held_first() -> None:
     assert inner.calls == [("write", b"answer"), ("close", None)]
 
 
-async def test_write_eof_sends_what_is_held_first() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_write_eof_sends_what_is_held_first(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"last")
     writes.write_eof()
     assert inner.calls == [("write", b"last"), ("write_eof", None)]
 
 
-async def test_what_is_written_once_the_transport_is_closing_is_dropped() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_what_is_written_once_the_transport_is_closing_is_dropped(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.close()
     writes.write(b"late")
     await _next_iteration()
     assert inner.calls == [("close", None)]
 
 
-async def test_abort_drops_what_is_held_as_the_transport_drops_its_buffer() -> None:
-    inner = RecordingTransport()
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
+async def test_abort_drops_what_is_held_as_the_transport_drops_its_buffer(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     writes.write(b"never sent")
     writes.abort()
     await _next_iteration()
     assert inner.calls == [("abort", None)]
 
 
-async def test_everything_else_is_the_wrapped_transports() -> None:
-    inner = RecordingTransport()
+async def test_everything_else_is_the_wrapped_transports(
+    inner: RecordingTransport, writes: WritesOfAnIteration
+) -> None:
     inner.buffered = 10
-    writes = WritesOfAnIteration(inner, asyncio.get_running_loop())
     writes.write(b"held")
     # flow control sees what is held as well as what the socket has not taken yet
     assert writes.get_write_buffer_size() == 14
