@@ -135,7 +135,9 @@ def cmd_serve(settings: ActivityCoreSettings, args: argparse.Namespace) -> int:
             asyncio.run(_migrate(dsn))
         if args.workers > 1:
             return serve_with_workers(dsn, listen, args.workers)
-        return serve_in_this_process(create_app(settings, dsn=dsn, auth=auth), listen)
+        return serve_in_this_process(
+            create_app(settings, dsn=dsn, auth=auth), listen, settings.trusted_proxies
+        )
 
 
 def require_temporal(settings: ActivityCoreSettings) -> None:

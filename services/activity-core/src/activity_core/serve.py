@@ -65,7 +65,10 @@ class Listen:
     port: int
 
 
-def uvicorn_config(app: Any, listen: Listen) -> Any:
+def uvicorn_config(app: Any, listen: Listen, trusted_proxies: Sequence[str] = ()) -> Any:
+    """uvicorn's configuration for the API. X-Forwarded-For and -Proto are believed only
+    from `trusted_proxies` (ACTIVITY_CORE_TRUSTED_PROXIES); none: not at all, whatever
+    uvicorn's own FORWARDED_ALLOW_IPS says (its default trusts every local process)."""
     import uvicorn
 
     from activity_core.one_write_answers import OneWriteHttpToolsProtocol
@@ -82,6 +85,8 @@ def uvicorn_config(app: Any, listen: Listen) -> Any:
         # costs header work on every claim and close (the Date header stays, RFC 9110)
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=list(trusted_proxies),
     )
 
 
@@ -124,9 +129,9 @@ def freeze_the_loaded_heap() -> None:
     gc.freeze()
 
 
-def serve_in_this_process(app: Any, listen: Listen) -> int:
+def serve_in_this_process(app: Any, listen: Listen, trusted_proxies: Sequence[str] = ()) -> int:
     freeze_the_loaded_heap()
-    DrainingServer(uvicorn_config(app, listen)).run()
+    DrainingServer(uvicorn_config(app, listen, trusted_proxies)).run()
     return 0
 
 
@@ -167,7 +172,7 @@ def _worker_main(dsn: str, listen: Listen) -> None:
     app = create_app(settings, dsn=dsn)
     freeze_the_loaded_heap()
     try:
-        DrainingServer(uvicorn_config(app, listen)).run(sockets=[sock])
+        DrainingServer(uvicorn_config(app, listen, settings.trusted_proxies)).run(sockets=[sock])
     finally:
         # the last lines the loop left pending (logs.configure_logging batches them)
         logging.shutdown()

@@ -10,10 +10,10 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ops_contracts import WorkerId
 from ops_runtime.settings_sources import (
@@ -29,6 +29,7 @@ __all__ = [
     "absolute_http_base",
     "load_settings",
     "parse_bind_address",
+    "parse_trusted_proxies",
     "secrets_from_files",
 ]
 
@@ -69,6 +70,30 @@ def absolute_http_base(value: object) -> str | None:
     return value.rstrip("/")
 
 
+def parse_trusted_proxies(text: str) -> tuple[str, ...]:
+    """ACTIVITY_CORE_TRUSTED_PROXIES: comma-separated IP addresses and networks (CIDR),
+    each in its canonical form; blank: none. Raises ValueError for anything else, `*`
+    included: trusting every peer is written out (0.0.0.0/0, ::/0), not implied."""
+    proxies: list[str] = []
+    for item in text.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        try:
+            canonical = (
+                str(ipaddress.ip_network(entry, strict=True))
+                if "/" in entry
+                else str(ipaddress.ip_address(entry))
+            )
+        except ValueError:
+            raise ValueError(
+                "must be comma-separated IP addresses or networks without host bits "
+                "(e.g. 10.42.0.0/16,fd00::/8); 0.0.0.0/0 trusts every peer"
+            ) from None
+        proxies.append(canonical)
+    return tuple(dict.fromkeys(proxies))
+
+
 class ActivityCoreSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
@@ -90,6 +115,13 @@ class ActivityCoreSettings(BaseSettings):
     # UI's cookie is Secure when it is https, and a form's Origin must be its origin.
     # Unset: the origin each request was addressed to (the Host header).
     public_url: str | None = Field(default=None, alias="ACTIVITY_CORE_PUBLIC_URL")
+    # The peers whose X-Forwarded-For and X-Forwarded-Proto are believed: the proxies in
+    # front of the API (an ingress controller's pod network). A request from anyone else,
+    # a process on this host included, is the TCP peer's, whatever it claims; the sign-in
+    # throttle counts failures by that address (http/ui_guard.py, client_of). Unset: none.
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), alias="ACTIVITY_CORE_TRUSTED_PROXIES"
+    )
     allow_unauth_mutations: bool = Field(
         default=False, alias="ACTIVITY_CORE_OPS_ALLOW_UNAUTH_MUTATIONS"
     )
@@ -213,6 +245,11 @@ class ActivityCoreSettings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _trusted_proxies(cls, value: object) -> object:
+        return parse_trusted_proxies(value) if isinstance(value, str) else value
 
     @field_validator("public_url")
     @classmethod

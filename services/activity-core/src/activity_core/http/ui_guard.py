@@ -120,8 +120,8 @@ class Form:
 
 
 def client_of(request: Request) -> str:
-    """The client's address as the server sees it (behind a proxy: uvicorn's
-    --proxy-headers with --forwarded-allow-ips makes it the real client's)."""
+    """The client's address: the TCP peer's, or, from a proxy ACTIVITY_CORE_TRUSTED_PROXIES
+    lists, the one its X-Forwarded-For names (serve.uvicorn_config)."""
     return request.client.host if request.client is not None else "unknown"
 
 
