@@ -27,6 +27,8 @@ def test_every_refusal_has_its_documented_status() -> None:
         RefusalCode.worker_identity_mismatch: 403,
         RefusalCode.invalid_request: 422,
         RefusalCode.request_too_large: 413,
+        RefusalCode.headers_too_large: 431,
+        RefusalCode.request_timeout: 408,
         RefusalCode.unavailable: 503,
         RefusalCode.schema_not_current: 503,
         RefusalCode.method_not_allowed: 405,

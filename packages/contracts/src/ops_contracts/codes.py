@@ -40,6 +40,10 @@ class RefusalCode(StrEnum):
     worker_identity_mismatch = "worker_identity_mismatch"
     invalid_request = "invalid_request"
     request_too_large = "request_too_large"
+    # the server itself, before any endpoint: a request line and headers over 64 KiB, or a
+    # request that did not arrive whole in time (the connection is closed after either)
+    headers_too_large = "headers_too_large"
+    request_timeout = "request_timeout"
     # PostgreSQL (or Temporal) cannot be reached: retry after Retry-After
     unavailable = "unavailable"
     # the database is not migrated for this build: run `activity-core migrate`
@@ -86,6 +90,8 @@ REFUSAL_HTTP_STATUS: Mapping[RefusalCode, int] = MappingProxyType(
         RefusalCode.worker_identity_mismatch: 403,
         RefusalCode.invalid_request: 422,
         RefusalCode.request_too_large: 413,
+        RefusalCode.headers_too_large: 431,
+        RefusalCode.request_timeout: 408,
         RefusalCode.unavailable: 503,
         RefusalCode.schema_not_current: 503,
         RefusalCode.method_not_allowed: 405,

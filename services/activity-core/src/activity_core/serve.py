@@ -71,14 +71,15 @@ def uvicorn_config(app: Any, listen: Listen, trusted_proxies: Sequence[str] = ()
     uvicorn's own FORWARDED_ALLOW_IPS says (its default trusts every local process)."""
     import uvicorn
 
-    from activity_core.one_write_answers import OneWriteHttpToolsProtocol
+    from activity_core.api_protocol import ApiHttpProtocol
 
     return uvicorn.Config(
         app,
         host=listen.host,
         port=listen.port,
-        # httptools, each answer in one write (one_write_answers.py says why)
-        http=OneWriteHttpToolsProtocol,
+        # httptools, each request bounded in size and time, each answer in one write
+        # (api_protocol.py)
+        http=ApiHttpProtocol,
         log_config=None,
         access_log=False,
         # no `server: uvicorn` on every answer: it names the software to an attacker and
