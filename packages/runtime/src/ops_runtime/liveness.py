@@ -35,12 +35,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["LIVENESS_PATH", "LoopHeartbeat", "serve_liveness"]
+__all__ = ["LIVENESS_PATH", "PROBE_READ_SECONDS", "LoopHeartbeat", "serve_liveness"]
 
 log = logging.getLogger(__name__)
 
 LIVENESS_PATH = "/livez"
 _TICK_SECONDS = 1.0
+# A probe connection silent for this long is closed. The server takes a thread per
+# connection, and without a timeout one that never sends (or stops halfway) holds its
+# thread for ever; a kubelet's probe times out after 1 s by default.
+PROBE_READ_SECONDS = 10.0
 
 
 class LoopHeartbeat:
@@ -69,8 +73,12 @@ class LoopHeartbeat:
         self._handle = self._loop.call_later(self._interval, self._tick)
 
 
-def _handler(heartbeat: LoopHeartbeat, max_stall: float) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    heartbeat: LoopHeartbeat, max_stall: float, read_timeout: float
+) -> type[BaseHTTPRequestHandler]:
     class LivenessHandler(BaseHTTPRequestHandler):
+        timeout = read_timeout
+
         def do_GET(self) -> None:
             if self.path.partition("?")[0] != LIVENESS_PATH:
                 self._answer(404, {"status": "not_found"})
@@ -117,15 +125,24 @@ class _Server6(_Server):
 
 
 @contextmanager
-def serve_liveness(host: str, port: int, *, max_stall_seconds: float) -> Iterator[tuple[str, int]]:
-    """Serve `/livez` on host:port until the block ends; yields the bound address.
+def serve_liveness(
+    host: str,
+    port: int,
+    *,
+    max_stall_seconds: float,
+    read_timeout_seconds: float = PROBE_READ_SECONDS,
+) -> Iterator[tuple[str, int]]:
+    """Serve `/livez` on host:port until the block ends; yields the bound address. A
+    connection silent for `read_timeout_seconds` is closed.
 
     Enter it on the event loop's thread. OSError when the address cannot be bound."""
     heartbeat = LoopHeartbeat(
         asyncio.get_running_loop(), interval=min(_TICK_SECONDS, max_stall_seconds / 4)
     )
     server_class = _Server6 if ":" in host else _Server
-    server = server_class((host, port), _handler(heartbeat, max_stall_seconds))
+    server = server_class(
+        (host, port), _handler(heartbeat, max_stall_seconds, read_timeout_seconds)
+    )
     thread = threading.Thread(target=server.serve_forever, name="liveness", daemon=True)
     heartbeat.start()
     thread.start()

@@ -27,6 +27,7 @@ import pytest
 
 from ops_runtime.liveness import serve_liveness
 from ops_testsupport.liveness import stall_and_watch, stalling_entry
+from ops_testsupport.silent_connections import seconds_until_closed
 from rein_aharness.cli import main
 from rein_worker_kit import cli_environment
 
@@ -151,3 +152,24 @@ def test_livez_is_the_only_path() -> None:
 
     other, live, body = asyncio.run(scrape())
     assert (other, live, body["status"]) == (404, 200, "ok")
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /livez HTTP/1.1\r\nHost: x"], ids=["nothing", "half"])
+def test_a_silent_connection_is_closed_and_the_probe_still_answers(sent: bytes) -> None:
+    """The server takes a thread per connection: one that stops sending is closed after
+    the read timeout instead of holding its thread for ever."""
+
+    async def probe_while_one_is_silent() -> tuple[float, int]:
+        with serve_liveness(
+            "127.0.0.1", 0, max_stall_seconds=MAX_STALL, read_timeout_seconds=0.5
+        ) as (host, port):
+            silent = asyncio.create_task(
+                asyncio.to_thread(seconds_until_closed, host, port, sent, 10.0)
+            )
+            async with httpx.AsyncClient() as http:
+                live = await http.get(f"http://{host}:{port}/livez")
+            return await silent, live.status_code
+
+    closed_after, live = asyncio.run(probe_while_one_is_silent())
+    assert live == 200
+    assert 0.4 <= closed_after < 5

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ops_testsupport.silent_connections import seconds_until_closed
 from rein_aharness.operator.exit_codes import ExitCode
 from rein_aharness.outbox import OutboxStore, replay_pending
 from rein_aharness.outbox.record import OutboxRecord
@@ -432,3 +433,28 @@ async def test_a_close_left_pending_and_delivered_by_a_later_replay_is_counted(
     replays = _by(text, "ops_worker_outbox_replays_total", "outcome")
     assert replays == {**_zeros(*REPLAY_OUTCOMES), "delivered": 1.0}
     assert (await activity_core.row(uuid.UUID(run["id"])))["state"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    "sent", [b"", b"GET /metrics HTTP/1.1\r\nHost: x"], ids=["nothing", "half"]
+)
+async def test_a_silent_scrape_connection_is_closed_and_scrapes_still_answer(
+    store: OutboxStore, sent: bytes
+) -> None:
+    """A thread per connection: one that stops sending is closed after the read timeout
+    instead of holding its thread for ever."""
+    registry = WorkerMetrics(store).registry
+    with serve_metrics(registry, "127.0.0.1", 0, read_timeout_seconds=0.5) as (host, port):
+        async with anyio.create_task_group() as group:
+            closed_after: list[float] = []
+
+            async def silent() -> None:
+                closed_after.append(
+                    await anyio.to_thread.run_sync(seconds_until_closed, host, port, sent, 10.0)
+                )
+
+            group.start_soon(silent)
+            async with httpx.AsyncClient() as http:
+                answer = await http.get(f"http://{host}:{port}/metrics")
+    assert answer.status_code == 200
+    assert 0.4 <= closed_after[0] < 5

@@ -45,20 +45,25 @@ Each worker pod counts its own runs and has an outbox of its own, so across pods
 counters, histograms and outbox counts add up (sum) and the age is the largest one (max);
 deploy/README.md lists every metric with its aggregation.
 
-prometheus_client's own HTTP server answers `/metrics` from a daemon thread; `run`
-stops it when it ends. Unset: no endpoint, no thread (the counters still count).
+prometheus_client's HTTP server answers `/metrics` from a daemon thread, with a read
+timeout (serve_metrics); `run` stops it when it ends. Unset: no endpoint, no thread (the
+counters still count).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Final, Literal
+from typing import Any, Final, Literal
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore, ReplayReport
@@ -70,6 +75,7 @@ __all__ = [
     "HEARTBEAT_RESULTS",
     "REPLAY_OUTCOMES",
     "RUN_OUTCOMES",
+    "SCRAPE_READ_SECONDS",
     "SKIP_REASONS",
     "OutboxCollector",
     "WorkerMetrics",
@@ -313,11 +319,38 @@ def oldest_pending_age(snapshot: OutboxSnapshot) -> float:
     return max(0.0, (snapshot.taken_at - min(created)).total_seconds())
 
 
+# A scrape connection silent for this long is closed. The server takes a thread per
+# connection, and without a timeout one that never sends (or stops halfway) holds its
+# thread for ever; Prometheus's own scrape timeout is 10 s by default.
+SCRAPE_READ_SECONDS = 10.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return None  # one line per scrape would bury the worker's own log
+
+
 @contextmanager
-def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[tuple[str, int]]:
+def serve_metrics(
+    registry: CollectorRegistry,
+    host: str,
+    port: int,
+    *,
+    read_timeout_seconds: float = SCRAPE_READ_SECONDS,
+) -> Iterator[tuple[str, int]]:
     """Serve `registry` at `/metrics` on host:port until the block ends; yields the bound
-    address."""
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    address. prometheus_client's server (a thread per connection), with a read timeout
+    (SCRAPE_READ_SECONDS) that its start_http_server does not set."""
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class Handler(_QuietHandler):
+        timeout = read_timeout_seconds
+
+    server = make_server(host, port, make_wsgi_app(registry), Server, handler_class=Handler)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
     bound = server.server_address
     address = (str(bound[0]), int(bound[1]))
     log.info("metrics on http://%s:%d/metrics", *address)
