@@ -80,6 +80,9 @@ def uvicorn_config(app: Any, listen: Listen, trusted_proxies: Sequence[str] = ()
         # httptools, each request bounded in size and time, each answer in one write
         # (api_protocol.py)
         http=ApiHttpProtocol,
+        # The API has no WebSocket endpoint: an Upgrade request is an HTTP request like any
+        # other, whatever WebSocket library a dependency may bring along one day.
+        ws="none",
         log_config=None,
         access_log=False,
         # no `server: uvicorn` on every answer: it names the software to an attacker and

@@ -290,6 +290,22 @@ def test_a_client_waiting_for_100_continue_is_not_late() -> None:
     assert seen.messages == [{"type": "http.request", "body": b"hello", "more_body": False}]
 
 
+def test_an_upgrade_request_is_answered_as_http() -> None:
+    # no WebSocket endpoint: the request reaches the app, and the deadline does not cut it
+    seen = Seen()
+    with serving(seen) as port, connect(port) as sock:
+        sock.sendall(
+            get(
+                "/upgrade",
+                b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+            )
+        )
+        answer = receive_until(sock, b'"/upgrade"')
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert seen.paths == ["/upgrade"]
+
+
 # -- as `activity-core serve` runs ------------------------------------------------------
 
 
