@@ -24,9 +24,10 @@ descriptors, and with them every worker's claims and closes.
   the client's: while reading is paused, the request is queued behind an earlier answer
   (pipelining) or its `100 Continue` is not yet sent, the deadline starts again.
 
-A refusal ends the connection. It is written only when no earlier answer on the
-connection is still owed (pipelining), so that it cannot cut into one; then the
-connection just closes. The limits are class attributes so that tests can shorten them.
+A refusal ends the connection, with a lingering close (`_close_lingering`). It is written
+only when no earlier answer on the connection is still owed (pipelining), so that it
+cannot cut into one; then the connection just closes. The limits are class attributes so
+that tests can shorten them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
 
-__all__ = ["MAX_HEAD_BYTES", "REQUEST_READ_SECONDS", "BoundedRequests"]
+__all__ = [
+    "LINGER_BYTES",
+    "LINGER_SECONDS",
+    "MAX_HEAD_BYTES",
+    "REQUEST_READ_SECONDS",
+    "BoundedRequests",
+]
 
 # The longest head taken. Browsers send 1-3 KiB, a worker's request under 1 KiB; nginx
 # takes 4 x 8 KiB by default and Node.js 16 KiB.
@@ -48,6 +55,10 @@ MAX_HEAD_BYTES = 64 * 1024
 # (ACTIVITY_CORE_MAX_BODY_BYTES): 30 s is 35 KB/s. A long-poll claim is not affected: its
 # request has arrived; only the answer waits.
 REQUEST_READ_SECONDS = 30.0
+# How long a refused connection still reads (and drops) what its client sends, and how
+# much of it at most.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +68,7 @@ class BoundedRequests(HttpToolsProtocol):
 
     max_head_bytes = MAX_HEAD_BYTES
     request_read_seconds = REQUEST_READ_SECONDS
+    linger_seconds = LINGER_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # True while the bytes that arrive belong to a request's head (or precede one)
@@ -65,6 +77,7 @@ class BoundedRequests(HttpToolsProtocol):
         # the parser has seen the first byte of a request that has not ended yet
         self._request_begun = False
         self._refused = False
+        self._dropped = 0  # bytes read and dropped after a refusal
         # When the request now arriving began (loop time; the connection counts as its
         # start); None while none is arriving. One timer per connection watches it: a
         # timer per request would cost every claim and close a timer's setup and cancel.
@@ -81,6 +94,10 @@ class BoundedRequests(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            # dropped; a lingering close ends early once it has dropped enough
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES and not self.transport.is_closing():
+                self.transport.close()
             return
         if self._head_open:
             self._head_bytes += len(data)
@@ -137,7 +154,11 @@ class BoundedRequests(HttpToolsProtocol):
             self._watch_in(self.request_read_seconds)
             return
         if self._server_holds_the_request():
+            # the clock starts when the server lets go: look again soon, so that the
+            # client gets at least nine tenths of its time from then on
             self._arriving_since = now
+            self._watch_in(min(1.0, self.request_read_seconds / 10))
+            return
         left = self._arriving_since + self.request_read_seconds - now
         if left > 0:
             self._watch_in(left)
@@ -175,7 +196,22 @@ class BoundedRequests(HttpToolsProtocol):
         log.warning("refused a request from %s:%d: %s (%s)", host, port, detail, code.value)
         if self.cycle is None or self.cycle.response_complete:
             self.transport.write(self._refusal(code, detail))
+            if self.transport.can_write_eof():
+                self._close_lingering()
+                return
         self.transport.close()
+
+    def _close_lingering(self) -> None:
+        """End our side after the refusal, drop what the client still sends for up to
+        `linger_seconds` and LINGER_BYTES (or until it closes), then close. Closing at once with the
+        client's bytes unread would make the kernel answer them with a reset, and a reset
+        discards the refusal still on its way: the client would see a dropped connection
+        instead of the 431 or 408. (nginx's lingering_close, for the same reason.)"""
+        self.transport.write_eof()
+        self.flow.resume_reading()
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch = self.loop.call_later(self.linger_seconds, self.transport.close)
 
     def _refusal(self, code: RefusalCode, detail: str) -> bytes:
         body = json.dumps({"code": code.value, "detail": detail}, separators=(",", ":")).encode()

@@ -24,6 +24,7 @@ from activity_core.bounded_requests import MAX_HEAD_BYTES, BoundedRequests
 from activity_core.serve import Listen, uvicorn_config
 
 READ_SECONDS = 0.5
+LINGER_SECONDS = 0.5
 
 
 @dataclass
@@ -63,7 +64,8 @@ def recording_app(seen: Seen):  # type: ignore[no-untyped-def]
 def serving(seen: Seen) -> Iterator[int]:
     config = uvicorn_config(recording_app(seen), Listen("127.0.0.1", 0))
     assert issubclass(config.http, BoundedRequests)
-    config.http = type("Quick", (config.http,), {"request_read_seconds": READ_SECONDS})
+    shorter = {"request_read_seconds": READ_SECONDS, "linger_seconds": LINGER_SECONDS}
+    config.http = type("Quick", (config.http,), shorter)
     with uvicorn_in_a_thread(config) as port:
         yield port
 
@@ -143,6 +145,29 @@ def test_a_head_over_the_limit_is_refused_before_the_app(at_once: bool) -> None:
     assert body["code"] == "headers_too_large"
     assert str(MAX_HEAD_BYTES) in body["detail"]
     assert seen.paths == []
+
+
+def test_a_refused_connection_lingers_so_that_the_refusal_is_not_reset() -> None:
+    # Closed at once with the client still sending, the server's kernel would answer the
+    # client's bytes with a reset, which can destroy the refusal on its way to the client.
+    # So the server ends its side, reads and drops for a while, and only then closes.
+    line = b"x-a: " + b"a" * 994 + b"\r\n"
+    with serving(Seen()) as port, connect(port) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")
+        for _ in range(MAX_HEAD_BYTES // len(line) + 2):
+            sock.sendall(line)
+        answer = b""
+        while chunk := sock.recv(65536):  # the refusal, then the server's end of sending
+            answer += chunk
+        assert refusal_of(answer)[0] == 431
+        for _ in range(5):  # taken and dropped: no reset while the server lingers
+            sock.sendall(line)
+            time.sleep(LINGER_SECONDS / 20)
+        time.sleep(LINGER_SECONDS * 2)
+        with pytest.raises(OSError):  # closed after the linger: reset, then a broken pipe
+            for _ in range(100):
+                sock.sendall(line)
+                time.sleep(0.01)
 
 
 def test_an_endless_head_is_cut_off_without_growing_the_process() -> None:
