@@ -28,12 +28,13 @@ import json
 import logging
 import socket
 import socketserver
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from ops_runtime.threaded_servers import served_in_a_thread
 
 __all__ = ["LIVENESS_PATH", "PROBE_READ_SECONDS", "LoopHeartbeat", "serve_liveness"]
 
@@ -143,17 +144,11 @@ def serve_liveness(
     server = server_class(
         (host, port), _handler(heartbeat, max_stall_seconds, read_timeout_seconds)
     )
-    thread = threading.Thread(target=server.serve_forever, name="liveness", daemon=True)
     heartbeat.start()
-    thread.start()
-    bound = server.server_address
-    address = (str(bound[0]), int(bound[1]))
-    shown = f"[{address[0]}]" if ":" in address[0] else address[0]
-    log.info("liveness on http://%s:%d%s", shown, address[1], LIVENESS_PATH)
     try:
-        yield address
+        with served_in_a_thread(server, "liveness") as address:
+            shown = f"[{address[0]}]" if ":" in address[0] else address[0]
+            log.info("liveness on http://%s:%d%s", shown, address[1], LIVENESS_PATH)
+            yield address
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
         heartbeat.stop()

@@ -112,6 +112,12 @@ def get(path: str, extra_headers: bytes = b"") -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: t\r\n".encode() + extra_headers + b"\r\n"
 
 
+def post_head(path: str, length: int, extra_headers: bytes = b"") -> bytes:
+    """A POST's head announcing a body of `length` bytes (the body is sent apart)."""
+    start = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {length}\r\n".encode()
+    return start + extra_headers + b"\r\n"
+
+
 # -- the head's size -----------------------------------------------------------------
 
 
@@ -252,10 +258,7 @@ def test_blank_lines_dribbled_between_requests_are_held_to_the_deadline() -> Non
 def test_a_body_that_stops_arriving_closes_the_connection_and_the_app_sees_it() -> None:
     seen = Seen()
     with serving(seen) as port, connect(port) as sock:
-        sock.sendall(
-            b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 20\r\n\r\n{"half":'
-        )
+        sock.sendall(post_head("/body", 20, b"Content-Type: application/json\r\n") + b'{"half":')
         assert read_all(sock) == b""
     assert seen.paths == ["/body"]
     assert seen.messages[-1]["type"] == "http.disconnect"
@@ -290,7 +293,7 @@ def test_a_pipelined_request_is_not_timed_while_the_server_does_not_read() -> No
     # for longer than the deadline, and its body comes once the server reads again
     seen = Seen()
     with serving(seen) as port, connect(port) as sock:
-        sock.sendall(get("/slow") + b"POST /next HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n")
+        sock.sendall(get("/slow") + post_head("/next", 5))
         first = receive_until(sock, b'"/slow"')
         sock.sendall(b"hello")
         second = receive_until(sock, b'"/next"')
@@ -304,10 +307,7 @@ def test_a_client_waiting_for_100_continue_is_not_late() -> None:
     # only after three deadlines
     seen = Seen()
     with serving(seen) as port, connect(port) as sock:
-        sock.sendall(
-            b"POST /late-reader HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
-            b"Content-Length: 5\r\n\r\n"
-        )
+        sock.sendall(post_head("/late-reader", 5, b"Expect: 100-continue\r\n"))
         assert receive_until(sock, b"\r\n\r\n").startswith(b"HTTP/1.1 100 ")
         sock.sendall(b"hello")
         answer = receive_until(sock, b'"/late-reader"')

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -66,6 +65,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from ops_runtime.threaded_servers import served_in_a_thread
 from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore, ReplayReport
 
 __all__ = [
@@ -349,14 +349,6 @@ def serve_metrics(
         timeout = read_timeout_seconds
 
     server = make_server(host, port, make_wsgi_app(registry), Server, handler_class=Handler)
-    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
-    thread.start()
-    bound = server.server_address
-    address = (str(bound[0]), int(bound[1]))
-    log.info("metrics on http://%s:%d/metrics", *address)
-    try:
+    with served_in_a_thread(server, "metrics") as address:
+        log.info("metrics on http://%s:%d/metrics", *address)
         yield address
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
