@@ -13,6 +13,7 @@ are translated at this edge:
 | claim/heartbeat: documented refusal and status   | QueueRefusedError            | no      |
 | any other non-2xx                                | QueueRejectedError           | no      |
 | 2xx that is not the documented body              | QueueProtocolError           | no      |
+| any answer over 32 MiB, or content-encoded       | QueueProtocolError           | no      |
 
 A conclusive code counts only with the status the interface assigns it (404
 `not_found`, 409 for the others): a proxy's 404 page must not quarantine a close.
@@ -45,7 +46,7 @@ from ops_contracts import (
     OpsRun,
     RefusalCode,
 )
-from rein_aharness.adapters.http_client import build_http_client
+from rein_aharness.adapters.http_client import AnswerTooLarge, build_http_client
 from rein_aharness.adapters.queue_errors import (
     CloseRefusedError,
     QueueAuthError,
@@ -186,6 +187,8 @@ class ActivityCoreQueueClient:
                 raise QueueTransportError(
                     f"activity-core unreachable: {type(exc).__name__}"
                 ) from exc
+            except AnswerTooLarge as exc:
+                raise QueueProtocolError(f"activity-core answered too much: {exc}") from None
             if response.is_success:
                 try:
                     return model.model_validate_json(response.content)

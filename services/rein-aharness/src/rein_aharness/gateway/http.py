@@ -19,6 +19,7 @@ Glas exposes no public network API we could copy, so the wire is ours, version 1
 | 408, 429, 5xx, transport failure         | retried (bounded, jittered), then          |
 |                                          | GatewayUnavailable (reopen)                |
 | any other 4xx (`{"code", "detail"}`)     | GatewayRefused naming the status and code  |
+| any answer over 32 MiB, or encoded       | GatewayProtocolError (adapters/http_client) |
 
 Retrying is safe because the request id is the idempotency key: Glas runs one request id
 once. Messages carry status and code only, never response bodies.
@@ -32,7 +33,7 @@ import httpx
 from pydantic import ValidationError
 
 from ops_contracts import GatewayResult
-from rein_aharness.adapters.http_client import build_http_client
+from rein_aharness.adapters.http_client import AnswerTooLarge, build_http_client
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
 from rein_aharness.gateway.errors import GatewayProtocolError, GatewayRefused, GatewayUnavailable
 from rein_aharness.gateway.request import QueuedRequest
@@ -94,6 +95,8 @@ class HttpGlasGateway:
                 )
             except httpx.TransportError as exc:
                 raise _Transient(f"glas unreachable: {type(exc).__name__}") from exc
+            except AnswerTooLarge as exc:
+                raise GatewayProtocolError(f"glas answered too much: {exc}") from None
             if response.status_code >= 500 or response.status_code in _RETRIED_STATUSES:
                 raise _Transient(f"glas answered {response.status_code}")
             return response

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import httpx
 
 from ops_contracts import CloseResponse, OpsRun
+from rein_aharness.adapters.http_client import AnswerTooLarge, build_http_client
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
 
 __all__ = [
@@ -92,6 +93,10 @@ class _Transient(Exception):
     pass
 
 
+class _Unanswered(Exception):
+    """The sink's answer could not be read (adapters/http_client.AnswerTooLarge)."""
+
+
 class HttpEventSink:
     """POST the event as JSON to `REIN_AHARNESS_EVENT_SINK_URL`.
 
@@ -109,11 +114,9 @@ class HttpEventSink:
     ) -> None:
         self._url = url
         self._retry = retry or RetryPolicy()
-        self._http = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeout_seconds),
-            headers={"User-Agent": "rein-aharness/0.1"},
-            follow_redirects=False,
+        # the sink's URL is absolute: no base URL, no token
+        self._http = build_http_client(
+            "", None, transport=transport, timeout_seconds=timeout_seconds
         )
 
     async def aclose(self) -> None:
@@ -127,6 +130,10 @@ class HttpEventSink:
                 )
             except httpx.TransportError as exc:
                 raise _Transient(type(exc).__name__) from exc
+            except AnswerTooLarge as exc:
+                # the sink took the request and answered oddly: sending it again would
+                # not change that
+                raise _Unanswered(str(exc)) from None
             if response.status_code >= 500 or response.status_code in (408, 429):
                 raise _Transient(str(response.status_code))
             return response
@@ -135,6 +142,11 @@ class HttpEventSink:
             response = await with_retries(self._retry, once, retry_on=(_Transient,))
         except _Transient as exc:
             log.warning("completion event %s not delivered: %s", event["event"], exc)
+            return
+        except _Unanswered as exc:
+            log.warning(
+                "completion event %s: the sink's answer was refused: %s", event["event"], exc
+            )
             return
         if not response.is_success:
             log.warning(
