@@ -160,13 +160,17 @@ def event() -> dict[str, Any]:
     return {"event": "ops_run.succeeded", "event_id": "e-1", "run_id": "e-1"}
 
 
-async def test_the_event_sink_posts_once_with_its_key(router: respx.MockRouter) -> None:
-    route = router.post("/events").respond(202)
+async def emit_one_event(router: respx.MockRouter) -> None:
     sink = HttpEventSink(f"{BASE}/events", transport=transport(router), retry=FAST)
     try:
         await sink.emit(event())
     finally:
         await sink.aclose()
+
+
+async def test_the_event_sink_posts_once_with_its_key(router: respx.MockRouter) -> None:
+    route = router.post("/events").respond(202)
+    await emit_one_event(router)
     assert route.call_count == 1
     sent = route.calls.last.request
     assert sent.headers["idempotency-key"] == "e-1"
@@ -178,12 +182,8 @@ async def test_the_event_sink_retries_a_transient_answer_then_gives_up_with_a_wa
     router: respx.MockRouter, status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     route = router.post("/events").respond(status)
-    sink = HttpEventSink(f"{BASE}/events", transport=transport(router), retry=FAST)
     with caplog.at_level(logging.WARNING):
-        try:
-            await sink.emit(event())
-        finally:
-            await sink.aclose()
+        await emit_one_event(router)
     assert route.call_count == FAST.attempts
     assert "not delivered" in caplog.text and str(status) in caplog.text
 
@@ -192,11 +192,7 @@ async def test_the_event_sink_answering_too_much_is_a_warning_not_a_retry(
     router: respx.MockRouter, caplog: pytest.LogCaptureFixture
 ) -> None:
     route = router.post("/events").mock(return_value=endless_answer(EndlessBody()))
-    sink = HttpEventSink(f"{BASE}/events", transport=transport(router), retry=FAST)
     with caplog.at_level(logging.WARNING):
-        try:
-            await sink.emit(event())
-        finally:
-            await sink.aclose()
+        await emit_one_event(router)
     assert route.call_count == 1
     assert "answer was refused" in caplog.text

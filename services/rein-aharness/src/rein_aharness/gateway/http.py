@@ -19,7 +19,7 @@ Glas exposes no public network API we could copy, so the wire is ours, version 1
 | 408, 429, 5xx, transport failure         | retried (bounded, jittered), then          |
 |                                          | GatewayUnavailable (reopen)                |
 | any other 4xx (`{"code", "detail"}`)     | GatewayRefused naming the status and code  |
-| any answer over 32 MiB, or encoded       | GatewayProtocolError (adapters/http_client) |
+| any answer over 32 MiB, or encoded       | GatewayProtocolError (http_client.py)      |
 
 Retrying is safe because the request id is the idempotency key: Glas runs one request id
 once. Messages carry status and code only, never response bodies.
