@@ -4,6 +4,7 @@ and per operator; forms taken only from the UI's own origin, as forms."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -13,7 +14,8 @@ import asyncpg
 import httpx
 import pytest
 
-from ac_testkit import AppClient, SeededQueue
+from ac_serve import serve_env, serve_process
+from ac_testkit import OPERATOR_TOKEN, AppClient, SeededQueue
 from ac_ui import (
     ALICE,
     BOB,
@@ -156,6 +158,41 @@ async def test_sign_in_is_throttled_per_client(api: AppClient) -> None:
     # another client is not throttled by this one's failures
     async with client_at(api, "10.9.8.7") as other:
         assert (await login(other)).status_code == 303
+
+
+async def client_failures(db: asyncpg.Connection) -> int:
+    count: int = await db.fetchval(
+        "SELECT count(*) FROM ops_ui_login_failures WHERE scope = 'client'"
+    )
+    return count
+
+
+@pytest.mark.parametrize("args", [(), ("--workers", "2")], ids=["one-process", "workers"])
+async def test_parallel_wrong_sign_ins_are_held_to_the_limit(
+    db_dsn: str, db: asyncpg.Connection, args: tuple[str, ...]
+) -> None:
+    """60 wrong sign-ins at once from one client, to a real `serve` (its own pool, and
+    with --workers two processes on the database): at most the limit are looked at (401)
+    and counted; the others are refused 429 without their token being compared."""
+    env = serve_env(db_dsn, ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN)
+    async with (
+        serve_process(env, *args) as (_, url),
+        httpx.AsyncClient(base_url=url, trust_env=False, timeout=60) as http,
+    ):
+        origin = {"origin": url}
+        burst = await asyncio.gather(
+            *(login(http, "wrong-token-0123456789", headers=origin) for _ in range(60))
+        )
+        statuses = sorted(response.status_code for response in burst)
+        assert set(statuses) <= {401, 429}, statuses
+        looked_at = statuses.count(401)
+        assert looked_at <= LOGIN_LIMIT_PER_CLIENT, statuses
+        assert await client_failures(db) == looked_at
+        # one at a time, the rest of the limit is still there to use, and no more
+        for _ in range(LOGIN_LIMIT_PER_CLIENT - looked_at):
+            assert (await login(http, "wrong-token-0123456789", headers=origin)).status_code == 401
+        assert (await login(http, headers=origin)).status_code == 429
+    assert await client_failures(db) == LOGIN_LIMIT_PER_CLIENT
 
 
 async def test_sign_in_is_throttled_per_operator_across_clients(

@@ -138,7 +138,9 @@ async def _sign_in(
     client = client_of(request)
     # a name that is no operator's is counted against the client only
     known = name if operator_name_ok(name) and auth.role_of(name) is not None else None
-    wait = await sessions.throttled(client, known)
+    # recorded and counted before the token is looked at (sessions.UiSessions.attempt)
+    attempt = await sessions.attempt(client, known)
+    wait = attempt.retry_after
     if wait is not None:
         log.warning("ops UI sign-in throttled for client %s (operator %s)", client, known)
         raise UiRefusal(
@@ -152,10 +154,10 @@ async def _sign_in(
         principal = auth.sign_in(name, token) if known is not None and token else None
     except QueueRefusal:
         principal = None
-    if principal is None:
-        await sessions.failed(client, known)
+    if principal is None:  # the attempt stays counted: a failure
         log.warning("ops UI sign-in failed from client %s", client)
         return page(None, "login.html", status=401, failed=True, next=target, name=name[:100])
+    await sessions.forget(attempt)
     assert principal.name is not None and principal.role is not None
     digest = auth.credential_digest(principal.name)
     assert digest is not None

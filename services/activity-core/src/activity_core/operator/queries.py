@@ -23,9 +23,10 @@ __all__ = [
     "RUNS_HELD",
     "RUN_BY_KEY",
     "SUMMARY",
+    "UI_LOGIN_ATTEMPTS",
+    "UI_LOGIN_ATTEMPT_FORGET",
+    "UI_LOGIN_ATTEMPT_INSERT",
     "UI_LOGIN_FAILURES_PRUNE",
-    "UI_LOGIN_FAILURE_INSERT",
-    "UI_LOGIN_THROTTLE",
     "UI_SESSIONS_PRUNE",
     "UI_SESSION_DELETE",
     "UI_SESSION_DELETE_OPERATOR",
@@ -255,22 +256,36 @@ DELETE FROM ops_ui_sessions
 WHERE expires_at <= now() OR last_seen_at <= now() - $1::interval
 """
 
+# A sign-in attempt, recorded (and committed) before its token is looked at: a failure
+# unless the attempt is forgotten (refused by the throttle, or signed in).
 # $1 scope, $2 subject
-UI_LOGIN_FAILURE_INSERT = "INSERT INTO ops_ui_login_failures (scope, subject) VALUES ($1, $2)"
+UI_LOGIN_ATTEMPT_INSERT = (
+    "INSERT INTO ops_ui_login_failures (scope, subject) VALUES ($1, $2) RETURNING id"
+)
+
+# $1 ids
+UI_LOGIN_ATTEMPT_FORGET = "DELETE FROM ops_ui_login_failures WHERE id = ANY($1::bigint[])"
 
 # $1 window
 UI_LOGIN_FAILURES_PRUNE = (
     "DELETE FROM ops_ui_login_failures WHERE failed_at <= now() - $1::interval"
 )
 
-# When a subject's sign-ins open again: the limit-th newest failure of the window leaving
-# it. No row: fewer than `limit` failures in the window (not throttled).
-# $1 scope, $2 subject, $3 window, $4 limit
-UI_LOGIN_THROTTLE = """
-SELECT failed_at + $3::interval - now() AS retry_after
+# A subject's attempts in the window, this one's included (every committed failure, and
+# the attempts of others still in flight), and when its sign-ins open again: the
+# limit-th newest of the others leaving the window (NULL: fewer than `limit` others).
+# One statement, one snapshot. $1 scope, $2 subject, $3 window, $4 limit, $5 this
+# attempt's id
+UI_LOGIN_ATTEMPTS = """
+SELECT
+    count(*) AS attempts,
+    (SELECT other.failed_at + $3::interval - now()
+     FROM ops_ui_login_failures AS other
+     WHERE other.scope = $1 AND other.subject = $2 AND other.id <> $5
+       AND other.failed_at > now() - $3::interval
+     ORDER BY other.failed_at DESC
+     OFFSET $4 - 1
+     LIMIT 1) AS retry_after
 FROM ops_ui_login_failures
 WHERE scope = $1 AND subject = $2 AND failed_at > now() - $3::interval
-ORDER BY failed_at DESC
-OFFSET $4 - 1
-LIMIT 1
 """

@@ -18,6 +18,11 @@ typed, over a sliding LOGIN_WINDOW; at LOGIN_LIMIT_PER_CLIENT (resp. _PER_OPERAT
 failures, sign-ins from that client (for that name) are refused 429 until enough of them
 leave the window, without the token even being looked at. Counts live in the database,
 so every API process shares them.
+
+So that parallel sign-ins cannot all pass a check made before any of them is counted,
+an attempt is recorded first (`attempt`: a row of ops_ui_login_failures, committed),
+then counted, and only then is its token looked at; a refused attempt, and one that
+signs in (`forget`), delete their row again, so what stays is the failures, as before.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ __all__ = [
     "LOGIN_WINDOW",
     "SESSION_IDLE",
     "SESSION_LIFETIME",
+    "SignInAttempt",
     "UiSession",
     "UiSessions",
     "credential_binding",
@@ -101,6 +107,15 @@ def _session(row: asyncpg.Record) -> UiSession:
     )
 
 
+@dataclass(frozen=True)
+class SignInAttempt:
+    """A sign-in attempt, recorded: its rows in ops_ui_login_failures, and when it was
+    refused by the throttle, the seconds until this client (name) is taken again."""
+
+    ids: tuple[int, ...]
+    retry_after: int | None = None
+
+
 class UiSessions:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -157,28 +172,48 @@ class UiSessions:
 
     # -- the sign-in throttle ----------------------------------------------------------------
 
-    async def throttled(self, client: str, operator: str | None) -> int | None:
-        """Seconds until a sign-in from this client (for this operator name) is taken
-        again; None when it is taken now."""
+    async def attempt(self, client: str, operator: str | None) -> SignInAttempt:
+        """Record a sign-in attempt against the client and the operator name typed, then
+        count it: refused (retry_after set, the record forgotten) when it is beyond a
+        limit. Called before the token is looked at; the record stays as a failure
+        unless `forget` is called (the token was right).
+
+        Why this holds under READ COMMITTED without a lock: the insert commits before the
+        count runs, and the count is a new statement, so its snapshot sees every attempt
+        committed before it, its own included. Order the attempts by the commit of their
+        insert: the k-th sees at least the k-1 before it that are failures (a failure's
+        row is never deleted within the window) plus itself, so an attempt looked at
+        (count <= limit) has at most `limit` failures before it and itself: at most
+        `limit` failures, hence 401s, per window. In-flight attempts of others are
+        counted too, which refuses more under a burst, never fewer. (A single INSERT ...
+        SELECT count(*) would not do: concurrent statements do not see each other's
+        uncommitted rows, and all would count below the limit; a per-client advisory
+        lock would, but holds a pooled connection per waiting sign-in.)"""
         checks = [("client", client[:200], LOGIN_LIMIT_PER_CLIENT)]
         if operator is not None:
             checks.append(("operator", operator, LOGIN_LIMIT_PER_OPERATOR))
-        waits: list[timedelta] = []
         async with connection(self._pool) as conn:
-            for scope, subject, limit in checks:
-                wait = await conn.fetchval(
-                    queries.UI_LOGIN_THROTTLE, scope, subject, LOGIN_WINDOW, limit
+            async with conn.transaction():
+                await conn.execute(queries.UI_LOGIN_FAILURES_PRUNE, LOGIN_WINDOW)
+                ids: list[int] = [
+                    await conn.fetchval(queries.UI_LOGIN_ATTEMPT_INSERT, scope, subject)
+                    for scope, subject, _ in checks
+                ]
+            waits: list[timedelta] = []
+            for (scope, subject, limit), own in zip(checks, ids, strict=True):
+                row = await conn.fetchrow(
+                    queries.UI_LOGIN_ATTEMPTS, scope, subject, LOGIN_WINDOW, limit, own
                 )
-                if wait is not None:
-                    waits.append(wait)
-        if not waits:
-            return None
-        return max(1, int(max(waits).total_seconds()) + 1)
+                assert row is not None
+                if row["attempts"] > limit:
+                    # NULL: others of the window were forgotten since; try again soon
+                    waits.append(row["retry_after"] or timedelta(0))
+            if not waits:
+                return SignInAttempt(tuple(ids))
+            await conn.execute(queries.UI_LOGIN_ATTEMPT_FORGET, ids)
+        return SignInAttempt(tuple(ids), max(1, int(max(waits).total_seconds()) + 1))
 
-    async def failed(self, client: str, operator: str | None) -> None:
-        """Count a failed sign-in against the client and the operator name typed."""
-        async with connection(self._pool) as conn, conn.transaction():
-            await conn.execute(queries.UI_LOGIN_FAILURES_PRUNE, LOGIN_WINDOW)
-            await conn.execute(queries.UI_LOGIN_FAILURE_INSERT, "client", client[:200])
-            if operator is not None:
-                await conn.execute(queries.UI_LOGIN_FAILURE_INSERT, "operator", operator)
+    async def forget(self, attempt: SignInAttempt) -> None:
+        """The attempt signed in: it is no failure, and counts no more."""
+        async with connection(self._pool) as conn:
+            await conn.execute(queries.UI_LOGIN_ATTEMPT_FORGET, list(attempt.ids))
