@@ -60,6 +60,7 @@ from ops_contracts.operator import (
     WorkersResponse,
     WorkerState,
     WorkerView,
+    cancel_reason_error,
 )
 from ops_contracts.params import TEXT_SCHEMA_PATTERN, Instant, Printable, in_utc, text_error
 from ops_contracts.profile_ref import harness_profile_ref_error, parse_harness_profile_ref
@@ -144,6 +145,7 @@ __all__ = [
     "WorkerView",
     "WorkersResponse",
     "acceptance_policy_id",
+    "cancel_reason_error",
     "canonical_json",
     "close_intent_digest",
     "close_intent_encoding",

@@ -8,6 +8,7 @@ client built against this version keeps reading a newer server.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -40,6 +41,7 @@ __all__ = [
     "WorkerState",
     "WorkerView",
     "WorkersResponse",
+    "cancel_reason_error",
 ]
 
 # An Idempotency-Key header: what a client may choose as the identity of one requeue
@@ -50,6 +52,23 @@ MAX_BULK_REQUEUE = 100
 MAX_CANCEL_REASON_LENGTH = 1000
 
 _REQUEST_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+# What a stored error cannot show (ops_evidence.sanitize_error makes them spaces and strips
+# the ends): controls (Cc), format characters (Cf: zero-width, joiners, bidi, the BOM),
+# lone surrogates (Cs), line and paragraph separators (Zl, Zp), and spaces (Zs).
+_NOT_SHOWN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
+
+
+def cancel_reason_error(value: str) -> str | None:
+    """Why ``value`` is no cancel reason, or None. The rule of every door (the JSON body,
+    the UI's form; the CLI sends the body): 1 to 1000 characters, and at least one of them
+    visible, so something is left once the reason is sanitized for storing (a reason of
+    NUL, zero-width or word-joiner characters, or spaces, would be stored as nothing)."""
+    if not value or len(value) > MAX_CANCEL_REASON_LENGTH:
+        return f"must be 1 to {MAX_CANCEL_REASON_LENGTH} characters"
+    if all(c.isspace() or unicodedata.category(c) in _NOT_SHOWN for c in value):
+        return "must show something: not only spaces, control or invisible characters"
+    return None
 
 
 class OperatorRole(StrEnum):
@@ -91,9 +110,10 @@ class CancelRequest(BaseModel):
 
     @field_validator("reason")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
+    def _shows_something(cls, value: str) -> str:
+        error = cancel_reason_error(value)
+        if error is not None:
+            raise ValueError(error)
         return value
 
 

@@ -158,6 +158,31 @@ async def test_a_bad_body_or_run_is_refused_and_nothing_changes(
     assert await rows(db) == before
 
 
+# Nothing of these is left once the reason is sanitized (ops_evidence.sanitize_error):
+# controls, format characters (category Cf: zero-width, word joiner, bidi), separators
+# and whitespace.
+NOTHING_VISIBLE = ["\x00", "\u200b\u200b", "   ", "\u2060", "\x00\t\u200d\u2028\u202e\ufeff "]
+
+
+@pytest.mark.parametrize("reason", NOTHING_VISIBLE)
+async def test_a_reason_with_nothing_visible_is_refused_and_nothing_changes(
+    api: AppClient, seeded: SeededQueue, db: asyncpg.Connection, reason: str
+) -> None:
+    run = await claimed_run(seeded)
+    before = await rows(db)
+    audited = await db.fetchval("SELECT count(*) FROM ops_audit")
+    response = await cancel(api, run, reason)
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_request"
+    assert "reason" in response.text
+    assert await rows(db) == before
+    assert await db.fetchval("SELECT count(*) FROM ops_audit") == audited
+    # one visible character among them is a reason
+    assert (await cancel(api, run, f"{reason}x{reason}")).status_code == 200
+    stored = (await seeded.row(run))["last_error"]
+    assert stored.isprintable() and stored.rpartition(":")[2].strip() == "x", stored
+
+
 async def test_the_reason_is_sanitized_and_bounded_like_every_stored_error(
     api: AppClient, seeded: SeededQueue
 ) -> None:

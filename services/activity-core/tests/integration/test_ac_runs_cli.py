@@ -123,6 +123,12 @@ async def test_requeue_and_cancel_with_their_exit_codes(served: str, seeded: See
         f"{open_run}  cancelled: failed; cancelled by operator operator while it was open: "
         "not this week\n"
     )
+    invisible = await seeded.run()
+    for reason in ("\u200b\u200b", "   ", "\u2060"):
+        blank = await runs(served, "cancel", str(invisible), "--reason", reason)
+        assert blank.code == 1
+        assert blank.err.startswith("activity-core runs: activity-core answered 422 invalid_")
+    assert (await seeded.row(invisible))["state"] == "open"
     twice = await runs(served, "cancel", str(open_run), "--reason", "again")
     assert twice.code == 1
     assert "state_conflict" in twice.err

@@ -290,6 +290,35 @@ async def test_cancel_from_a_runs_page(
     assert dict(await seeded.row(claimed)) == dict(row)
 
 
+@pytest.mark.parametrize("reason", ["\x00", "\u200b\u200b", "   ", "\u2060"])
+async def test_a_cancel_form_whose_reason_shows_nothing_changes_nothing(
+    named_api: AppClient, seeded: SeededQueue, reason: str
+) -> None:
+    claimed = await seeded.run(
+        state="claimed", claim_owner=WORKER_ID, lease_until=now() + timedelta(minutes=5), attempt=1
+    )
+    before = dict(await seeded.row(claimed))
+    alice = await signed_in(named_api.http, ALICE, "alice")
+    csrf = await csrf_of(named_api.http, alice, f"/ops/ui/runs/{claimed}")
+    refused = await post_form(
+        named_api.http,
+        f"/ops/ui/runs/{claimed}/cancel",
+        {"csrf_token": csrf, "reason": reason},
+        alice,
+    )
+    assert refused.status_code == 422 and "invalid_request" in refused.text
+    assert dict(await seeded.row(claimed)) == before
+    done = await post_form(
+        named_api.http,
+        f"/ops/ui/runs/{claimed}/cancel",
+        {"csrf_token": csrf, "reason": f"{reason}wrong repository"},
+        alice,
+    )
+    assert done.status_code == 303
+    stored = (await seeded.row(claimed))["last_error"]
+    assert stored.rpartition(":")[2].strip() == "wrong repository", stored
+
+
 async def test_a_viewers_forged_form_is_refused_and_audited(
     named_api: AppClient, seeded: SeededQueue, db: asyncpg.Connection
 ) -> None:

@@ -209,7 +209,8 @@ async def cancel_run(
     """Stop an open or claimed run: it is `failed` (`close_disposition` `applied`), its
     lease and owner cleared, `cancelled_by` the operator, `last_error` who cancelled it,
     from whom and why. The worker that held it is refused its next heartbeat
-    (state_conflict) and abandons the run; any close of it is terminal_conflict."""
+    (state_conflict) and abandons the run; any close of it is terminal_conflict. A reason
+    that shows nothing (only spaces, control or invisible characters) is a 422."""
     run = await actions.cancel(actor, run_id, body.reason)
     _request_id(request, response)
     return {**run, "close_disposition": CloseDisposition.applied}

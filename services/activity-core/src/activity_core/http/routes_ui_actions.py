@@ -24,7 +24,7 @@ from activity_core.http.ui_pages import answer_form, page, redirect
 from activity_core.operator.actions import RequeueResult
 from activity_core.operator.audit import AuditLog, audit_target
 from activity_core.temporal.pause import MAX_REASON_LENGTH, AutomationPauses
-from ops_contracts import MAX_CANCEL_REASON_LENGTH, REFUSAL_HTTP_STATUS, AuditOutcome, text_error
+from ops_contracts import REFUSAL_HTTP_STATUS, AuditOutcome, cancel_reason_error, text_error
 
 __all__ = ["router"]
 
@@ -64,13 +64,13 @@ async def cancel_run(request: Request, run_id: RunRef, actions: Actions) -> Resp
     async def do(caller: UiCaller, form: Form) -> Response:
         parsed = _run_id(run_id)
         reason = (form.one("reason") or "").strip()
-        if not reason or len(reason) > MAX_CANCEL_REASON_LENGTH:
+        error = cancel_reason_error(reason)  # the JSON body's rule
+        if error is not None:
             raise UiRefusal(
                 422,
                 "invalid_request",
                 "A reason is needed",
-                f"Say why the run is cancelled (1-{MAX_CANCEL_REASON_LENGTH} characters); "
-                "nothing was changed.",
+                f"Say why the run is cancelled: the reason {error}; nothing was changed.",
             )
         await actions.cancel(caller.actor(request), parsed, reason)
         return redirect(f"/ops/ui/runs/{parsed}?done=cancelled")
