@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +20,10 @@ from activity_core.definitions.sync import sync_definitions
 from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
+from activity_core.temporal.activities import ActivityCoreActivities
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
+from activity_core.temporal.workflow import RunActivityWorkflow
 
 PROFILE = "harness.agent-dev@1.0.0"
 
@@ -120,8 +123,13 @@ class TemporalHarness:
         return await asyncio.wait_for(handle.result(), timeout=30)
 
 
+# What a test may put in the worker instead of the real activities (given the harness and
+# the real ones): the activity callables it registers.
+ActivitiesFor = Callable[[TemporalHarness, ActivityCoreActivities], list[Any]]
+
+
 async def start_worker_harness(
-    client: Client, db_dsn: str, **env: Any
+    client: Client, db_dsn: str, *, activities_for: ActivitiesFor | None = None, **env: Any
 ) -> tuple[TemporalHarness, Worker]:
     settings = load_settings(
         **settings_env(
@@ -133,7 +141,6 @@ async def start_worker_harness(
     pool = await create_pool(db_dsn, min_size=1, max_size=5)
     sink = ScriptedSink()
     activities = build_activities(settings, pool, sink)
-    worker = build_worker(client, task_queue=settings.temporal_task_queue, activities=activities)
     harness = TemporalHarness(
         client=client,
         settings=settings,
@@ -145,4 +152,15 @@ async def start_worker_harness(
             catchup_window=catchup_window_of(settings),
         ),
     )
+    if activities_for is None:
+        worker = build_worker(
+            client, task_queue=settings.temporal_task_queue, activities=activities
+        )
+    else:
+        worker = Worker(
+            client,
+            task_queue=settings.temporal_task_queue,
+            workflows=[RunActivityWorkflow],
+            activities=activities_for(harness, activities),
+        )
     return harness, worker

@@ -48,7 +48,14 @@ from activity_core.emission.errors import (
 from activity_core.emission.sink import IssueSink, SinkTask, StillOwed
 from ops_evidence import sanitize_error
 
-__all__ = ["SinkTotals", "SinkUnavailable", "give_up", "publish_pending", "sink_totals"]
+__all__ = [
+    "SinkTotals",
+    "SinkUnavailable",
+    "give_up",
+    "publish_pending",
+    "sink_totals",
+    "writes_owed",
+]
 
 log = logging.getLogger("activity_core.emission")
 
@@ -125,6 +132,18 @@ async def give_up(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID, reason: str
         if not is_unavailable(exc):
             raise
         raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+
+
+async def writes_owed(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID) -> int:
+    """How many sink writes the fire owes (pending or failed, of the keys its audit rows
+    name): what `publish_pending` would send. Raises EmissionUnavailable."""
+    try:
+        count = await pool.fetchval(queries.FIRE_SINK_WRITES_LEFT, activity_run_id)
+    except Exception as exc:
+        if not is_unavailable(exc):
+            raise
+        raise EmissionUnavailable(f"database unavailable: {type(exc).__name__}") from exc
+    return int(count)
 
 
 async def sink_totals(pool: asyncpg.Pool, *, activity_run_id: uuid.UUID) -> SinkTotals:

@@ -13,6 +13,7 @@ __all__ = [
     "CREATED_AUDIT_EXISTS",
     "DEFINITION_EXISTS",
     "EMIT_LOCK_NAMESPACE",
+    "FIRE_SINK_WRITES_LEFT",
     "INSERT_AUDIT",
     "INSERT_OPS_RUN",
     "LOCK_KEYS",
@@ -95,6 +96,17 @@ SINK_WRITES_LEFT = """
 SELECT count(*)
 FROM task_spawn_log
 WHERE idempotency_key = ANY($1::text[]) AND sink_status IN ('pending', 'failed')
+"""
+
+# The same count for a fire that emitted already, by the keys its audit rows name (what
+# `publish_pending` takes). $1 activity run
+FIRE_SINK_WRITES_LEFT = """
+SELECT count(*)
+FROM task_spawn_log t
+WHERE t.idempotency_key IN (
+        SELECT idempotency_key FROM task_spawn_log WHERE activity_run_id = $1
+      )
+  AND t.sink_status IN ('pending', 'failed')
 """
 
 # The writes a fire owes (pending or failed, of every key its audit rows name), locked in

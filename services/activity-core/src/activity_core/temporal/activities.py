@@ -34,7 +34,7 @@ from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.emission.emit import emit_tasks
 from activity_core.emission.errors import EmissionPolicyError, EmissionUnavailable
 from activity_core.emission.fire import FireContext
-from activity_core.emission.publish import SinkUnavailable, give_up, publish_pending
+from activity_core.emission.publish import SinkUnavailable, give_up, publish_pending, writes_owed
 from activity_core.emission.sink import IssueSink
 from activity_core.temporal import queries
 from activity_core.temporal.payloads import (
@@ -211,6 +211,21 @@ class ActivityCoreActivities:
             raise ApplicationError(
                 f"no activity run {run_id}", type=DEFINITION_NOT_FOUND, non_retryable=True
             )
+        if row["status"] == "emitted":
+            # This fire's emission committed already: an earlier attempt whose completion
+            # never reached Temporal (its worker died, its answer was lost, it outlived
+            # its timeout). Its ops runs are queued; what it still owes is its sink writes,
+            # so it goes on to publish them. The pause and the definition are not looked
+            # at again: they decide whether a fire emits, and this one has; refusing here
+            # would end the fire failed with its writes pending for good (and a paused
+            # automation's retry-fire is refused).
+            owed = await writes_owed(self._pool, activity_run_id=run_id)
+            log.info(
+                "fire emitted already; %d sink write(s) to do",
+                owed,
+                extra={"activity_run_id": str(run_id), "run_id": row["run_id"]},
+            )
+            return EmitOutcome(emitted_count=row["emitted_count"], sink_writes_left=owed)
         if row["paused"]:
             raise ApplicationError(
                 f"activity definition {row['slug']!r} is paused; nothing emitted",

@@ -45,10 +45,11 @@ ON CONFLICT (run_id) DO UPDATE SET run_id = activity_runs.run_id
 RETURNING id, triggering_event_id
 """
 
-# What the emit activity needs: the run and its definition, in one read.
+# What the emit activity needs: the run (and whether it emitted already) and its
+# definition, in one read.
 ACTIVITY_RUN_FOR_EMIT = """
 SELECT r.id, r.run_id, r.trigger_key, r.triggering_event_id, r.scheduled_for,
-       r.started_at, r.context, d.slug, d.definition, d.paused
+       r.started_at, r.context, r.status, r.emitted_count, d.slug, d.definition, d.paused
 FROM activity_runs r
 JOIN activity_definitions d ON d.id = r.activity_definition_id
 WHERE r.id = $1

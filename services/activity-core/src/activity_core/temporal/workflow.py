@@ -25,6 +25,10 @@ Why the timing is what it is (defaults; `FirePolicy` carries them, settings name
   so a fire never retries a bug forever: it ends failed, with the error as its reason.
 - Each database attempt is bounded (start-to-close 30 s, 2 min for the emission's
   transaction), so a connection that hangs rather than refuses is abandoned and retried.
+- An emit attempt whose transaction committed but whose completion was lost (its worker
+  killed, its answer lost) is retried like any other; the retry finds the fire `emitted`
+  and answers what it owes the sink without looking at the pause or the definition again
+  (activities.py), so the writes are published even if the automation was paused since.
 - The IssueSink write: its own step after the emission, so every ops run is queued
   whatever the sink does. Retried without an attempt limit, 1 s doubling to at most
   ACTIVITY_CORE_SINK_RETRY_MAX_SECONDS (5 min: light on a State Hub that is coming back,
