@@ -129,7 +129,7 @@ ActivitiesFor = Callable[[TemporalHarness, ActivityCoreActivities], list[Any]]
 
 
 async def start_worker_harness(
-    client: Client, db_dsn: str, *, activities_for: ActivitiesFor | None = None, **env: Any
+    client: Client, db_dsn: str, activities_for: ActivitiesFor | None = None, /, **env: Any
 ) -> tuple[TemporalHarness, Worker]:
     settings = load_settings(
         **settings_env(

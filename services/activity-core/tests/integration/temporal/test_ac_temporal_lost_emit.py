@@ -66,7 +66,7 @@ async def worker_losing_the_first_emit(
         return [*others, emits[0].emit]
 
     harness, worker = await start_worker_harness(
-        client, db_dsn, activities_for=activities_for, TEMPORAL_ADDRESS=server.address, **FAST
+        client, db_dsn, activities_for, TEMPORAL_ADDRESS=server.address, **FAST
     )
     try:
         async with worker:
