@@ -18,7 +18,8 @@ Recorded as the worker works (loop.py, processor.py, lease.py):
                                               (FAILURE_REASONS)
     ops_worker_closes_total{path, result}     each run's own close: the disposition when
                                               delivered, else where it stands (CLOSE_RESULTS)
-    ops_worker_heartbeats_total{result}       ok, failed (will retry), refused
+    ops_worker_heartbeats_total{result}       ok, failed (will retry; or cut short by
+                                              the deadline), refused
     ops_worker_outbox_replays_total{outcome}  entries the loop's replay passes handled:
                                               delivered (a close left pending by an
                                               earlier turn or process, delivered now),
