@@ -215,7 +215,13 @@ async def open_worker(
     else:
         events = LogEventSink()
     try:
-        closer = Closer(client=client, store=store, events=events, worker_id=worker_id)
+        closer = Closer(
+            client=client,
+            store=store,
+            events=events,
+            worker_id=worker_id,
+            withdraw_landing=withdraw,
+        )
         processor = RunProcessor(
             client=client,
             catalogue=catalogue,
