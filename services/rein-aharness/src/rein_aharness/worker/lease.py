@@ -21,6 +21,12 @@ SIGKILL and a reap, a few git commands). 5% of 900 s is 45 s, capped to 30 s: fa
 than (a)-(c) need, and it costs nothing while heartbeats succeed. The floor keeps a
 short test lease (3 s: 2.5 s) from having no margin at all.
 
+Counting from the claim's sending is pessimistic for a long-poll claim (granted when a
+run appeared, up to `wait_seconds` after the sending): when less than a third of the
+lease is left by that count, `confirm` renews the lease before anything executes
+(bounded by a third of the lease; nothing runs meanwhile, so no bound is at stake), and
+the run is abandoned unexecuted if that fails.
+
 A heartbeat goes out every `lease_seconds / 3` (sooner when less than twice that is
 left before the deadline, so a failed one is retried while the lease still lasts), each
 asking for a fresh full lease for the claimed attempt (`attempt`, fencing: it can only
@@ -60,6 +66,7 @@ MAX_MARGIN_SECONDS = 30.0
 _MIN_PAUSE_SECONDS = 0.05
 
 DEADLINE_PASSED = "the lease's deadline passed: no heartbeat succeeded in time"
+NOT_CONFIRMED = "the claim's lease could not be renewed before execution"
 
 
 def lease_margin(lease_seconds: float) -> float:
@@ -98,6 +105,33 @@ class LeaseKeeper:
         start = anyio.current_time() if granted_from is None else granted_from
         self.deadline = start + lease_seconds - self.margin
 
+    async def confirm(self) -> bool:
+        """True when the execution may start: at least a third of the lease is left, or
+        a heartbeat sent now renewed it. Otherwise the lease is lost (`lost`)."""
+        if self.deadline - anyio.current_time() >= self.interval:
+            return True
+        sent_at = anyio.current_time()
+        with anyio.move_on_after(self.interval):
+            try:
+                await self._client.heartbeat(
+                    self._run_id, self._worker_id, lease_seconds=self._lease, attempt=self._attempt
+                )
+            except QueueRefusedError as exc:
+                self._metrics.heartbeat("refused")
+                self._record_loss(f"heartbeat refused: {exc.code or exc.status}")
+                return False
+            except QueueError as exc:
+                self._metrics.heartbeat("failed")
+                self._record_loss(f"{NOT_CONFIRMED} ({type(exc).__name__})")
+                return False
+            self._metrics.heartbeat("ok")
+            self.beats += 1
+            self.deadline = sent_at + self._lease - self.margin
+            return True
+        self._metrics.heartbeat("failed")
+        self._record_loss(NOT_CONFIRMED)
+        return False
+
     def guard(self, guarded: anyio.CancelScope) -> None:
         """Give `guarded` the lease's deadline (before anything runs in it)."""
         guarded.deadline = self.deadline
@@ -105,11 +139,7 @@ class LeaseKeeper:
     def deadline_passed(self) -> None:
         """Record that the scope ended at the deadline (the processor calls this)."""
         if self.lost is None:
-            self.lost = DEADLINE_PASSED
-            log.warning(
-                "lease lost; abandoning the run",
-                extra={"run_id": self._run_id, "reason": DEADLINE_PASSED},
-            )
+            self._record_loss(DEADLINE_PASSED)
 
     async def keep(self, guarded: anyio.CancelScope) -> None:
         """Heartbeat until cancelled; on a refusal, cancel `guarded` and return."""
@@ -143,8 +173,11 @@ class LeaseKeeper:
             guarded.deadline = self.deadline
 
     def _lose(self, guarded: anyio.CancelScope, reason: str) -> None:
+        self._record_loss(reason)
+        guarded.cancel()
+
+    def _record_loss(self, reason: str) -> None:
         self.lost = reason
         log.warning(
             "lease lost; abandoning the run", extra={"run_id": self._run_id, "reason": reason}
         )
-        guarded.cancel()

@@ -217,6 +217,9 @@ class RunProcessor:
             granted_from=claim_sent_at,
             metrics=self._metrics,
         )
+        if not await keeper.confirm():
+            assert keeper.lost is not None
+            return _Executed(), keeper.lost
         started = self._clock()
         box: list[_Executed[T]] = []
         with anyio.CancelScope() as guarded:
