@@ -11,6 +11,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 __all__ = [
+    "CANCELLED_BY_OPERATOR_DETAIL",
     "CONCLUSIVE_CLOSE_REFUSALS",
     "REFUSAL_HTTP_STATUS",
     "TERMINAL_STATES",
@@ -75,6 +76,12 @@ CONCLUSIVE_CLOSE_REFUSALS: frozenset[RefusalCode] = frozenset(
         RefusalCode.terminal_conflict,
     }
 )
+
+# How the `detail` of a close's terminal_conflict (and a heartbeat's state_conflict)
+# begins when the run was cancelled by an operator, the operator's name following: the
+# one terminal conflict a worker expects (its run was cancelled while it worked), which it
+# settles instead of quarantining. Every other terminal_conflict detail begins otherwise.
+CANCELLED_BY_OPERATOR_DETAIL = "the run was cancelled by operator "
 
 # One table so the exception handler and the OpenAPI description cannot drift.
 REFUSAL_HTTP_STATUS: Mapping[RefusalCode, int] = MappingProxyType(

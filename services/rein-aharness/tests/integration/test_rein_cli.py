@@ -159,6 +159,7 @@ def test_replay_delivers_and_exits_0(
     assert report["replay"] == {
         "attempted": 1,
         "delivered": 1,
+        "cancelled": 0,
         "failed": 0,
         "quarantined": 0,
         "skipped": 0,
@@ -209,6 +210,25 @@ def test_replay_conclusive_refusal_quarantines_and_exits_3(
         "conclusive_refusal",
         "terminal_conflict",
     )
+
+
+def test_replay_settles_a_close_refused_for_an_operator_cancel_and_exits_0(
+    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, make_close: Factory
+) -> None:
+    cli_store.enqueue_close(**make_close())
+    detail = "the run was cancelled by operator alice"  # close_decision.py's, for a cancel
+    with respx.mock(base_url=BASE) as router:
+        route = router.post(f"/ops-runs/{RUN}/complete").mock(
+            return_value=httpx.Response(409, json={"code": "terminal_conflict", "detail": detail})
+        )
+        code, report = _json(capsys, "close-outbox", "replay", "--json")
+    assert route.call_count == 1
+    assert code == ExitCode.CLEAN
+    assert report["counts"] == {"pending": 0, "delivered": 1, "quarantined": 0}
+    assert (report["replay"]["cancelled"], report["replay"]["quarantined"]) == (1, 0)
+    assert report["entries"] == []
+    [delivered] = cli_store.paths.delivered.iterdir()
+    assert json.loads(delivered.read_bytes())["disposition"] == "cancelled"
 
 
 def test_replay_sends_only_the_configured_identity_and_sets_the_others_aside(

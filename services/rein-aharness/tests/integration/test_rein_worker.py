@@ -254,6 +254,40 @@ async def test_heartbeats_keep_a_long_run_alive(
     assert list(Repos.landings(repo)) == [f"refs/heads/rein/{run_id}/1"]
 
 
+async def test_a_claim_that_took_most_of_its_lease_is_renewed_before_anything_executes(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+) -> None:
+    repo = repos.make()
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml",
+        command_profile("quick", "echo x > briefs/quick.md; git add -A; git commit -qm quick"),
+    )
+    settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
+    run_id = await activity_core.seeded.run(
+        harness_profile_ref="harness.quick@1.0.0", repository_grant=GRANT
+    )
+    transport = RecordingTransport(activity_core.transport())
+
+    async def long_poll(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path.endswith("/claim"):
+            # as a long-poll that found its run only now: activity-core grants the lease
+            # after this, while the worker counts it from the sending (3 s ago, > lease)
+            await anyio.sleep(3)
+        return None
+
+    transport.before = long_poll
+    runtime = await run_worker_once(settings, transport)
+
+    [report] = runtime.worker.reports
+    assert report.lease_lost is None
+    # the lease was renewed before the approach ran (later heartbeats, if the approach
+    # outlasts an interval on a loaded machine, come after it)
+    calls = [call.rsplit("/", 1)[-1] for call in transport.calls]
+    assert calls[:2] == ["claim", "heartbeat"] and calls[-1] == "complete", calls
+    assert (await activity_core.row(run_id))["state"] == "succeeded"
+    assert list(Repos.landings(repo)) == [f"refs/heads/rein/{run_id}/1"]
+
+
 # -- profile refusal -------------------------------------------------------------------------
 
 

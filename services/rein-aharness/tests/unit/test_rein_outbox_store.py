@@ -86,6 +86,19 @@ def test_identical_reenqueue_returns_the_existing_delivered_state(
     assert list(store.paths.pending.iterdir()) == []
 
 
+def test_a_close_settled_as_cancelled_is_read_back_as_delivered(
+    store: OutboxStore, make_close: Factory
+) -> None:
+    created = store.enqueue_close(**make_close())
+    assert store.begin_attempt(created.record.key) is not None
+    store.mark_delivered(created.record.key, "cancelled")
+    again = store.enqueue_close(**make_close())
+    assert again.state == "delivered" and not again.created
+    assert again.record.disposition == "cancelled"
+    snapshot = store.snapshot()
+    assert (snapshot.pending, snapshot.quarantined, snapshot.delivered_count) == ((), (), 1)
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [

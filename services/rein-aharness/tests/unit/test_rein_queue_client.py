@@ -191,6 +191,34 @@ async def test_conclusive_close_refusals_raise_close_refused_without_retry(
             await client.fail(RUN, WORKER, "boom", attempt=1)
     assert caught.value.code is code
     assert route.call_count == 1
+    assert caught.value.cancelled_by_operator is False
+
+
+@pytest.mark.parametrize(
+    ("code", "detail", "cancelled"),
+    [
+        ("terminal_conflict", "the run was cancelled by operator alice", True),
+        ("terminal_conflict", "the run is already failed with a different close", False),
+        ("terminal_conflict", "the run is already succeeded and has no recorded close", False),
+        # only a close's terminal_conflict: another code saying so is what its code says
+        ("state_conflict", "the run was cancelled by operator alice", False),
+        ("expired_lease", "the run was cancelled by operator alice", False),
+    ],
+)
+async def test_only_a_terminal_conflict_for_an_operator_cancel_is_marked_cancelled(
+    router: respx.MockRouter,
+    client: ActivityCoreQueueClient,
+    code: str,
+    detail: str,
+    cancelled: bool,
+) -> None:
+    status = REFUSAL_HTTP_STATUS[RefusalCode(code)]
+    router.post(f"/ops-runs/{RUN}/complete").mock(
+        return_value=httpx.Response(status, json={"code": code, "detail": detail})
+    )
+    with pytest.raises(CloseRefusedError) as caught:
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
+    assert (caught.value.code.value, caught.value.cancelled_by_operator) == (code, cancelled)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ attempt (both expired_lease), grant evidence.
 
 A run an operator cancelled is failed with no recorded close and no owner: every close
 of it is terminal_conflict and every heartbeat state_conflict, and their detail says who
-cancelled it (the worker holding it learns it on its next heartbeat).
+cancelled it, beginning with ops_contracts.CANCELLED_BY_OPERATOR_DETAIL (the worker
+holding it learns it on its next heartbeat, or settles its close as cancelled).
 
 Fencing: a request that names its `attempt` belongs to one claim of the run. When the run
 has been claimed again since (its lease ended and it was reopened and claimed, perhaps by
@@ -21,7 +22,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from activity_core.queue.grant_evidence import grant_evidence_problem
-from ops_contracts import TERMINAL_STATES, CloseAction, RefusalCode, RunState
+from ops_contracts import (
+    CANCELLED_BY_OPERATOR_DETAIL,
+    TERMINAL_STATES,
+    CloseAction,
+    RefusalCode,
+    RunState,
+)
 
 __all__ = [
     "ApplyTerminal",
@@ -93,7 +100,7 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
         ):
             return Reconcile()
         if row["cancelled_by"] is not None:
-            detail = f"the run was cancelled by operator {row['cancelled_by']}"
+            detail = CANCELLED_BY_OPERATOR_DETAIL + str(row["cancelled_by"])
         elif recorded is None:
             detail = f"the run is already {state.value} and has no recorded close to match"
         else:
@@ -161,7 +168,7 @@ def decide_heartbeat(row: Row | None, worker_id: str, attempt: int | None = None
         return Refuse(RefusalCode.not_found, "no ops run with this id")
     if row["state"] != RunState.claimed:
         if row["cancelled_by"] is not None:
-            detail = f"the run was cancelled by operator {row['cancelled_by']}"
+            detail = CANCELLED_BY_OPERATOR_DETAIL + str(row["cancelled_by"])
             return Refuse(RefusalCode.state_conflict, detail)
         return Refuse(RefusalCode.state_conflict, f"the run is {row['state']}, not claimed")
     if row["claim_owner"] != worker_id:

@@ -7,15 +7,21 @@ was decided under (fencing; none for a record that never knew it). It does nothi
 else: no model, approach or repository operation is reachable from here.
 `on_response`, when given, is told the queue's answer (the worker uses it to emit
 completion events once the pass is over); it must not raise.
+
+A close refused `terminal_conflict` because an operator cancelled the run meanwhile
+(`CloseRefusedError.cancelled_by_operator`) is an expected end, not a close gone wrong:
+the entry is settled as `cancelled` (kept in delivered/, never quarantined) and
+`on_cancelled`, when given, is told (the worker withdraws the run's landing branch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ops_contracts import CloseAction, CloseDisposition, CloseResponse
+from ops_contracts import CloseAction, CloseResponse
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
-from rein_aharness.outbox.record import OutboxRecord
+from rein_aharness.adapters.queue_errors import CloseRefusedError
+from rein_aharness.outbox.record import CANCELLED, OutboxRecord, Settlement
 from rein_aharness.outbox.replay import DeliveryCallback
 
 __all__ = ["deliver_close", "send_close"]
@@ -42,9 +48,17 @@ async def send_close(client: ActivityCoreQueueClient, record: OutboxRecord) -> C
 def deliver_close(
     client: ActivityCoreQueueClient,
     on_response: Callable[[OutboxRecord, CloseResponse], None] | None = None,
+    on_cancelled: Callable[[OutboxRecord], None] | None = None,
 ) -> DeliveryCallback:
-    async def deliver(record: OutboxRecord) -> CloseDisposition:
-        response = await send_close(client, record)
+    async def deliver(record: OutboxRecord) -> Settlement:
+        try:
+            response = await send_close(client, record)
+        except CloseRefusedError as refusal:
+            if not refusal.cancelled_by_operator:
+                raise
+            if on_cancelled is not None:
+                on_cancelled(record)
+            return CANCELLED
         if on_response is not None:
             on_response(record, response)
         return response.close_disposition

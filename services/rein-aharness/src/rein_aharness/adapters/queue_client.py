@@ -15,6 +15,10 @@ are translated at this edge:
 | 2xx that is not the documented body              | QueueProtocolError           | no      |
 | any answer over 32 MiB, or content-encoded       | QueueProtocolError           | no      |
 
+A close's terminal_conflict whose `detail` begins with
+`ops_contracts.CANCELLED_BY_OPERATOR_DETAIL` is marked `cancelled_by_operator` (the run
+was cancelled while this worker held it); no other detail is read.
+
 A conclusive code counts only with the status the interface assigns it (404
 `not_found`, 409 for the others): a proxy's 404 page must not quarantine a close.
 
@@ -37,6 +41,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ops_contracts import (
+    CANCELLED_BY_OPERATOR_DETAIL,
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
     Attempt,
@@ -211,13 +216,22 @@ def _run_path(run_id: str, action: str) -> str:
     return f"/ops-runs/{quote(run_id, safe='')}/{action}"
 
 
-def _refusal_code(response: httpx.Response) -> str | None:
+def _refusal_field(response: httpx.Response, name: str, limit: int) -> str | None:
     try:
         body = response.json()
     except ValueError:
         return None
-    code = body.get("code") if isinstance(body, dict) else None
-    return code[:64] if isinstance(code, str) else None
+    value = body.get(name) if isinstance(body, dict) else None
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _refusal_code(response: httpx.Response) -> str | None:
+    return _refusal_field(response, "code", 64)
+
+
+def _cancelled_by_operator(response: httpx.Response) -> bool:
+    detail = _refusal_field(response, "detail", 1024)
+    return detail is not None and detail.startswith(CANCELLED_BY_OPERATOR_DETAIL)
 
 
 def _translate_refusal(response: httpx.Response, *, close: bool) -> Exception:
@@ -231,7 +245,10 @@ def _translate_refusal(response: httpx.Response, *, close: bool) -> Exception:
     refusal = _documented_refusal(code, status)
     if refusal is not None and refusal in CONCLUSIVE_CLOSE_REFUSALS:
         if close:
-            return CloseRefusedError(refusal, status)
+            cancelled = refusal is RefusalCode.terminal_conflict and _cancelled_by_operator(
+                response
+            )
+            return CloseRefusedError(refusal, status, cancelled_by_operator=cancelled)
         return QueueRefusedError(where, status=status, code=code)
     return QueueRejectedError(where, status=status, code=code)
 

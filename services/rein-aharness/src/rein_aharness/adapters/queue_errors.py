@@ -75,8 +75,15 @@ class QueueProtocolError(QueueError):
 class CloseRefusedError(ConclusiveRefusalError):
     """A close answered with one of the six conclusive close codes and its documented
     status: the outbox quarantines the entry (it is the outbox's ConclusiveRefusalError),
-    a direct close reports it refused."""
+    a direct close reports it refused.
 
-    def __init__(self, code: RefusalCode, status: int | None = None) -> None:
+    `cancelled_by_operator`: a terminal_conflict whose detail says an operator cancelled
+    the run (ops_contracts.CANCELLED_BY_OPERATOR_DETAIL): an expected end of the run, not
+    a close gone wrong; the outbox settles it as `cancelled` (close_delivery.py)."""
+
+    def __init__(
+        self, code: RefusalCode, status: int | None = None, *, cancelled_by_operator: bool = False
+    ) -> None:
         super().__init__(code)
         self.status = status
+        self.cancelled_by_operator = cancelled_by_operator

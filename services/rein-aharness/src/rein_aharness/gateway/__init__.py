@@ -16,7 +16,7 @@ from rein_aharness.gateway.errors import (
 )
 from rein_aharness.gateway.http import HttpGlasGateway
 from rein_aharness.gateway.local import LocalGlasGateway
-from rein_aharness.gateway.protocol import GlasGateway
+from rein_aharness.gateway.protocol import GlasGateway, WithdrawLanding
 from rein_aharness.gateway.request import QueuedRequest, request_id_for, transaction_id_for
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "LocalGlasGateway",
     "QueuedRequest",
     "SandboxFailed",
+    "WithdrawLanding",
     "WorkRejected",
     "request_id_for",
     "transaction_id_for",

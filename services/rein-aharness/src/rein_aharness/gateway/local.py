@@ -15,6 +15,10 @@ Per request:
 5. always, even when cancelled: put back any ref the approach changed and remove the
    worktree and its scratch directory.
 
+`withdraw` removes an attempt's landing branch again, when the worker will not close the
+run as succeeded: its lease was lost (even after the branch landed), or an operator
+cancelled the run before its close arrived.
+
 The returned GatewayResult 1.0 carries the execution evidence, the repository
 transaction and the executor fields (`ok`, `path`, `head_after`, `target_repo`,
 `committed`); a command's output never appears in it.
@@ -28,6 +32,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
+
+import anyio
 
 from ops_contracts import GatewayResult, path_allowed
 from ops_contracts.gateway import GatewayOutcome
@@ -50,11 +56,13 @@ from rein_aharness.repository import (
     RepositoryNotFound,
     Workspace,
     WorktreeSession,
+    discard_landing,
     git_environment,
     import_objects,
     inspect_work,
     judge,
     land,
+    resolve_repository,
     worktree_session,
 )
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, sandbox_over
@@ -110,6 +118,23 @@ class LocalGlasGateway:
                 return await self._work(request, opened, brief_path, started)
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
+
+    async def withdraw(self, target_repo: str, run_id: str, attempt: int) -> None:
+        """Remove `rein/<run_id>/<attempt>` if it landed; log, never raise."""
+        with anyio.CancelScope(shield=True):
+            try:
+                repository = await resolve_repository(self._root, target_repo)
+                removed = await discard_landing(repository, run_id, attempt)
+            except (RepositoryNotFound, GitError) as exc:
+                log.warning(
+                    "could not withdraw the run's landing: %s", exc, extra={"run_id": run_id}
+                )
+                return
+        if removed is not None:
+            log.info(
+                "landing withdrawn: the run will not be closed as succeeded",
+                extra={"run_id": run_id, "attempt": attempt, "head": removed},
+            )
 
     # -- steps -----------------------------------------------------------------------
 

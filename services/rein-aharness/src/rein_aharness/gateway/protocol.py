@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ops_contracts import GatewayResult
 from rein_aharness.gateway.request import QueuedRequest
 
-__all__ = ["GlasGateway"]
+__all__ = ["GlasGateway", "WithdrawLanding"]
+
+# Remove the landing branch `rein/<run-id>/<attempt>` of (target_repo, run_id, attempt)
+# if it landed: its run will not be closed as succeeded (a lost lease, a cancelled run).
+# Never raises; the local gateway has one (LocalGlasGateway.withdraw), a remote one none.
+WithdrawLanding = Callable[[str, str, int], Awaitable[None]]
 
 
 class GlasGateway(Protocol):

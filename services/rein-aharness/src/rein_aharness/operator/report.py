@@ -12,7 +12,8 @@ JSON shape (`format` versions it; keys are sorted; `replay` is null for status):
                   "attempts": 2, "last_failure_class": "QueueTransportError" | null,
                   "age_seconds": 95, "reason": null | "<quarantine reason>",
                   "code": null | "<refusal code>"}],
-     "replay": null | {"attempted": 3, "delivered": 1, "failed": 1, "quarantined": 1,
+     "replay": null | {"attempted": 3, "delivered": 1, "cancelled": 0, "failed": 1,
+                       "quarantined": 1,
                        "skipped": 0, "set_aside": 0, "invalid_quarantined": 0,
                        "pruned": 0, "stopped_early": false}}
 
@@ -25,7 +26,9 @@ With `close-outbox adopt`, `adopted` is `{"outbox_id": ..., "created": bool,
 "written_off": ["<key>", ...]}`; it is absent otherwise.
 
 `attempts` counts delivery attempts; `run_attempt` is the claim attempt the close was
-decided under (sent with it for fencing). `quarantined` in `replay` counts conclusive
+decided under (sent with it for fencing). `cancelled` in `replay` counts closes Activity
+Core refused because an operator had cancelled the run: settled, kept in delivered/ with
+disposition `cancelled`, never quarantined. `quarantined` in `replay` counts conclusive
 refusals and entries of another worker identity (reason `foreign_worker_identity`);
 `set_aside` counts entries of another identity that an operator's replay (with
 ACTIVITY_CORE_WORKER_ID set) left pending. Fields an unreadable record cannot provide
@@ -136,8 +139,12 @@ def _lost_dict(key: str) -> dict[str, Any]:
 
 def _replay_dict(replay: ReplayReport) -> dict[str, Any]:
     return {
-        "attempted": replay.count("delivered") + replay.count("failed") + _refused(replay),
+        "attempted": replay.count("delivered")
+        + replay.count("cancelled")
+        + replay.count("failed")
+        + _refused(replay),
         "delivered": replay.count("delivered"),
+        "cancelled": replay.count("cancelled"),
         "failed": replay.count("failed"),
         "quarantined": replay.count("quarantined"),
         "skipped": replay.count("skipped"),
@@ -178,7 +185,8 @@ def render_table(
     if replay is not None:
         summary = data["replay"]
         lines.append(
-            "replay: {attempted} attempted, {delivered} delivered, {failed} failed, "
+            "replay: {attempted} attempted, {delivered} delivered, {cancelled} settled as "
+            "cancelled (the run was cancelled by an operator), {failed} failed, "
             "{quarantined} quarantined (refused or another worker identity), "
             "{set_aside} set aside (another worker identity), {invalid_quarantined} invalid "
             "records quarantined, {pruned} delivered records pruned".format(**summary)

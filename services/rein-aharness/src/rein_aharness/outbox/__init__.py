@@ -19,7 +19,13 @@ from rein_aharness.outbox.errors import (
 from rein_aharness.outbox.identity import Adoption, OutboxMarker, adopt_outbox
 from rein_aharness.outbox.intent import KEY_DOMAIN, PreparedClose, entry_key, prepare_close
 from rein_aharness.outbox.paths import OutboxPaths, default_state_dir, resolve_outbox_root
-from rein_aharness.outbox.record import FAILURE_MARKER, OutboxRecord, QuarantineReason
+from rein_aharness.outbox.record import (
+    CANCELLED,
+    FAILURE_MARKER,
+    OutboxRecord,
+    QuarantineReason,
+    Settlement,
+)
 from rein_aharness.outbox.replay import DeliveryCallback, EntryOutcome, ReplayReport, replay_pending
 from rein_aharness.outbox.store import (
     EnqueueResult,
@@ -30,6 +36,7 @@ from rein_aharness.outbox.store import (
 )
 
 __all__ = [
+    "CANCELLED",
     "FAILURE_MARKER",
     "KEY_DOMAIN",
     "Adoption",
@@ -54,6 +61,7 @@ __all__ = [
     "QuarantineReason",
     "ReplayReport",
     "Retention",
+    "Settlement",
     "adopt_outbox",
     "default_state_dir",
     "entry_key",

@@ -10,6 +10,10 @@ of an `OutboxRecord`:
      "QueueTransportError", "marker": "delivery_failed"}, "run_id": "...",
      "state": "pending", "transaction_id": "..." | null}
 
+`disposition` (delivered records): how Activity Core took the close (`applied`,
+`reconciled`, `reopened`), or `cancelled`: it refused the close because an operator had
+cancelled the run meanwhile, an expected end that is settled, not quarantined.
+
 `attempt` is the claim attempt the close was decided under, sent with it for fencing
 (null: none is known, the close is sent without one); `attempts` counts deliveries.
 
@@ -51,6 +55,7 @@ from rein_aharness.outbox.intent import (
 )
 
 __all__ = [
+    "CANCELLED",
     "FAILURE_MARKER",
     "MAX_RECORD_BYTES",
     "RECORD_FORMAT",
@@ -60,6 +65,7 @@ __all__ = [
     "OutboxRecord",
     "QuarantineReason",
     "RecordProblem",
+    "Settlement",
     "encode_record",
     "entry_name",
     "failure_class_name",
@@ -70,6 +76,7 @@ __all__ = [
 RECORD_FORMAT: Final = "rein-aharness/close-outbox-entry/v2"
 RECORD_FORMAT_V1: Final = "rein-aharness/close-outbox-entry/v1"
 FAILURE_MARKER: Final = "delivery_failed"
+CANCELLED: Final = "cancelled"
 # A bounded result (64 KiB) plus a bounded error and identifiers; anything larger was
 # not written by this code and is not even read whole.
 MAX_RECORD_BYTES = 2 * ops_evidence.MAX_ENCODED_BYTES + 16 * 1024
@@ -78,6 +85,8 @@ _NAME = re.compile(r"([0-9a-f]{64})\.json")
 _EXCEPTION_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
 
 EntryState = Literal["pending", "delivered"]
+# How a delivered entry was settled: Activity Core's disposition, or `cancelled`.
+Settlement = CloseDisposition | Literal["cancelled"]
 
 
 class QuarantineReason(StrEnum):
@@ -134,7 +143,7 @@ class OutboxRecord(BaseModel):
     last_attempt_at: AwareDatetime | None = None
     last_failure: DeliveryFailure | None = None
     delivered_at: AwareDatetime | None = None
-    disposition: CloseDisposition | None = None
+    disposition: Settlement | None = None
     attempt: Attempt | None = None
 
 

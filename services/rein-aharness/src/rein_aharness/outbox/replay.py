@@ -8,8 +8,10 @@ Per entry, in this order:
 
 1. the attempt counter is incremented and made durable (`store.begin_attempt`);
 2. the callback runs;
-3. a normal return (close_disposition applied, reconciled or reopened) moves the entry
-   to delivered/; `ConclusiveRefusalError` (a conclusive code) moves it intact to
+3. a normal return (close_disposition applied, reconciled or reopened, or `cancelled`:
+   the callback met a refusal that says an operator cancelled the run, an expected end)
+   moves the entry to delivered/ (outcome `cancelled` for the last);
+   `ConclusiveRefusalError` (a conclusive code) moves it intact to
    quarantine/ with a reason sidecar; any other `Exception` keeps it pending with only
    the exception's class name and the `delivery_failed` marker (its text may hold a
    response body or a URL with credentials, so it is never written); a `BaseException`
@@ -83,16 +85,22 @@ import anyio.to_thread
 from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition
 from rein_aharness.outbox.errors import ConclusiveRefusalError
 from rein_aharness.outbox.locking import hold_lock_async
-from rein_aharness.outbox.record import OutboxRecord, QuarantineReason, failure_class_name
+from rein_aharness.outbox.record import (
+    CANCELLED,
+    OutboxRecord,
+    QuarantineReason,
+    Settlement,
+    failure_class_name,
+)
 from rein_aharness.outbox.store import OutboxStore
 
 __all__ = ["GROUP_SIZE", "DeliveryCallback", "EntryOutcome", "ReplayReport", "replay_pending"]
 
 GROUP_SIZE = 64
 
-DeliveryCallback = Callable[[OutboxRecord], Awaitable[CloseDisposition | None]]
+DeliveryCallback = Callable[[OutboxRecord], Awaitable[Settlement | None]]
 
-Outcome = Literal["delivered", "failed", "quarantined", "skipped", "set_aside"]
+Outcome = Literal["delivered", "cancelled", "failed", "quarantined", "skipped", "set_aside"]
 
 
 @dataclass(frozen=True)
@@ -197,11 +205,22 @@ async def _deliver_one(
         return await _failed(store, record, refusal, stop_on)
     except Exception as exc:
         return await _failed(store, record, exc, stop_on)
-    if not isinstance(disposition, CloseDisposition):
-        disposition = None
-    await anyio.to_thread.run_sync(store.mark_delivered, record.key, disposition)
-    detail = disposition.value if disposition is not None else None
-    return EntryOutcome(record.key, record.run_id, "delivered", detail), False
+    settled = _settlement(disposition)
+    await anyio.to_thread.run_sync(store.mark_delivered, record.key, settled)
+    return _settled_outcome(record, settled), False
+
+
+def _settlement(value: object) -> Settlement | None:
+    if isinstance(value, CloseDisposition):
+        return value
+    return CANCELLED if value == CANCELLED else None
+
+
+def _settled_outcome(record: OutboxRecord, settled: Settlement | None) -> EntryOutcome:
+    if settled == CANCELLED:
+        return EntryOutcome(record.key, record.run_id, "cancelled", CANCELLED)
+    detail = settled.value if isinstance(settled, CloseDisposition) else None
+    return EntryOutcome(record.key, record.run_id, "delivered", detail)
 
 
 async def _failed(
@@ -226,7 +245,7 @@ async def _deliver_group(
     """Deliver one group (see the module docstring); True when a `stop_on` failure ended
     the pass."""
     attempted = await anyio.to_thread.run_sync(store.begin_attempts, group)
-    delivered: list[tuple[OutboxRecord, CloseDisposition | None]] = []
+    delivered: list[tuple[OutboxRecord, Settlement | None]] = []
     begun = 0  # entries whose callback began (or that were skipped)
     stop = False
     try:
@@ -250,11 +269,9 @@ async def _deliver_group(
             except Exception as exc:
                 outcome, stop = await _failed(store, current, exc, stop_on)
             else:
-                if not isinstance(disposition, CloseDisposition):
-                    disposition = None
-                delivered.append((current, disposition))
-                detail = disposition.value if disposition is not None else None
-                outcome = EntryOutcome(current.key, current.run_id, "delivered", detail)
+                settled = _settlement(disposition)
+                delivered.append((current, settled))
+                outcome = _settled_outcome(current, settled)
             outcomes.append(outcome)
             if stop:
                 break
@@ -268,7 +285,7 @@ async def _deliver_group(
 
 async def _finish(
     store: OutboxStore,
-    delivered: list[tuple[OutboxRecord, CloseDisposition | None]],
+    delivered: list[tuple[OutboxRecord, Settlement | None]],
     group: Sequence[OutboxRecord],
     attempted: Sequence[OutboxRecord | None],
     begun: int,

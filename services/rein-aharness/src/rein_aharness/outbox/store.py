@@ -82,7 +82,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from ops_contracts import CloseAction, CloseDisposition, RefusalCode, canonical_json
+from ops_contracts import CloseAction, RefusalCode, canonical_json
 from rein_aharness.outbox.durable import (
     FileVersion,
     file_version,
@@ -118,6 +118,7 @@ from rein_aharness.outbox.record import (
     OutboxRecord,
     QuarantineReason,
     RecordProblem,
+    Settlement,
     encode_record,
     entry_name,
     key_from_name,
@@ -498,7 +499,7 @@ class OutboxStore:
             failure = DeliveryFailure(exception_class=exception_class)
             self._write(record.model_copy(update={"last_failure": failure}))
 
-    def mark_delivered(self, key: str, disposition: CloseDisposition | None) -> None:
+    def mark_delivered(self, key: str, disposition: Settlement | None) -> None:
         """Commit the entry to delivered/ (state "delivered"), then drop it from pending/."""
         name = entry_name(key)
         with self._locked():
@@ -558,7 +559,7 @@ class OutboxStore:
 
     def finish_group(
         self,
-        delivered: Sequence[tuple[OutboxRecord, CloseDisposition | None]],
+        delivered: Sequence[tuple[OutboxRecord, Settlement | None]],
         not_attempted: Sequence[tuple[OutboxRecord, OutboxRecord]] = (),
     ) -> None:
         """Commit a group's outcomes with one flush: each delivered entry (the record
@@ -574,7 +575,7 @@ class OutboxStore:
             writes: list[tuple[Path, str, bytes]] = []
             moved: list[tuple[str, OutboxRecord]] = []
             restored: list[OutboxRecord] = []
-            changed: list[tuple[str, CloseDisposition | None]] = []
+            changed: list[tuple[str, Settlement | None]] = []
             for record, disposition in delivered:
                 if not self._is_ours(record):
                     changed.append((record.key, disposition))

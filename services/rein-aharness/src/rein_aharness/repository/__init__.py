@@ -2,7 +2,13 @@
 
 from rein_aharness.repository.acceptance import Verdict, WorkInspection, inspect_work, judge
 from rein_aharness.repository.git import GitError, git, git_environment
-from rein_aharness.repository.landing import LandingError, import_objects, land, landing_ref
+from rein_aharness.repository.landing import (
+    LandingError,
+    discard_landing,
+    import_objects,
+    land,
+    landing_ref,
+)
 from rein_aharness.repository.locate import Repository, RepositoryNotFound, resolve_repository
 from rein_aharness.repository.metadata import changed_metadata, snapshot_metadata
 from rein_aharness.repository.refs import changed_refs, restore_refs, snapshot_refs
@@ -25,6 +31,7 @@ __all__ = [
     "WorktreeSession",
     "changed_metadata",
     "changed_refs",
+    "discard_landing",
     "discard_workspace",
     "git",
     "git_environment",

@@ -10,6 +10,9 @@ merges reviews `rein/<run-id>/<attempt>` from there.
 Per attempt, not per run: a run whose lease expired mid-work is claimed again with a new
 attempt number, and its earlier, unreported attempt (if it landed before the worker died)
 stays visible beside it instead of being overwritten.
+
+`discard_landing` removes an attempt's branch again when its run will not be closed as
+succeeded: its lease was lost, or an operator cancelled it before its close arrived.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from rein_aharness.repository.git import GitError, git, git_text
 from rein_aharness.repository.locate import Repository
 from rein_aharness.repository.worktree import Workspace, repository_lock
 
-__all__ = ["LandingError", "import_objects", "land", "landing_ref"]
+__all__ = ["LandingError", "discard_landing", "import_objects", "land", "landing_ref"]
 
 
 class LandingError(Exception):
@@ -65,3 +68,20 @@ async def land(repository: Repository, head_after: str, run_id: str, attempt: in
             if current != head_after:
                 raise LandingError(f"{ref} already exists at another commit") from None
     return ref
+
+
+async def discard_landing(repository: Repository, run_id: str, attempt: int) -> str | None:
+    """Delete `rein/<run-id>/<attempt>` if it exists; the commit it pointed at, or None.
+
+    The name belongs to this attempt alone (a later claim lands under its own attempt),
+    so whatever it points at is this attempt's work.
+    """
+    ref = landing_ref(run_id, attempt)
+    await git(repository.path, "check-ref-format", ref)
+    async with repository_lock(repository):
+        try:
+            current = await git_text(repository.path, "rev-parse", "--verify", "-q", ref)
+        except GitError:
+            return None
+        await git(repository.path, "update-ref", "-d", ref, current)
+    return current

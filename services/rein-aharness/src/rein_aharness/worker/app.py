@@ -30,7 +30,12 @@ from ops_contracts import LabelsMode
 from ops_runtime.liveness import serve_liveness
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.retry import RetryPolicy
-from rein_aharness.gateway import GlasGateway, HttpGlasGateway, LocalGlasGateway
+from rein_aharness.gateway import (
+    GlasGateway,
+    HttpGlasGateway,
+    LocalGlasGateway,
+    WithdrawLanding,
+)
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.outbox import OutboxPathError, OutboxStore, resolve_outbox_root
 from rein_aharness.outbox.locking import ensure_lock_file
@@ -179,6 +184,7 @@ async def open_worker(
     )
     gateway: GlasGateway
     remote: HttpGlasGateway | None = None
+    withdraw: WithdrawLanding | None = None
     if settings.rein_aharness_glas_url is not None:
         glas_token = settings.rein_aharness_glas_token
         remote = HttpGlasGateway(
@@ -191,13 +197,14 @@ async def open_worker(
         gateway = remote
     else:
         assert settings.rein_aharness_repositories_root is not None
-        gateway = LocalGlasGateway(
+        local = LocalGlasGateway(
             repositories_root=settings.rein_aharness_repositories_root,
             worktrees_root=worktrees_root,
             environ=environ,
             bwrap=bwrap,
             on_sandbox_failure=gate.report_failure,
         )
+        gateway, withdraw = local, local.withdraw
     sink: HttpEventSink | None = None
     events: EventSink
     if settings.rein_aharness_event_sink_url is not None:
@@ -208,7 +215,13 @@ async def open_worker(
     else:
         events = LogEventSink()
     try:
-        closer = Closer(client=client, store=store, events=events, worker_id=worker_id)
+        closer = Closer(
+            client=client,
+            store=store,
+            events=events,
+            worker_id=worker_id,
+            withdraw_landing=withdraw,
+        )
         processor = RunProcessor(
             client=client,
             catalogue=catalogue,
@@ -225,6 +238,7 @@ async def open_worker(
             lease_seconds=config.lease_seconds,
             allow_unsandboxed=settings.rein_aharness_allow_unsandboxed,
             metrics=metrics,
+            withdraw_landing=withdraw,
         )
         worker = Worker(
             config=config,

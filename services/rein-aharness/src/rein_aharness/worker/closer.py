@@ -11,7 +11,12 @@ once that attempt is no longer current, even when this same identity holds a lat
 The worker's replay sends only the entries recorded under its own identity. An entry
 recorded under another one (its id changed while the entry was pending) can never be
 delivered by this worker: it is quarantined (`foreign_worker_identity`), visible to
-`close-outbox status`, and the worker goes on claiming. An auth refusal (401/403) of one
+`close-outbox status`, and the worker goes on claiming. A close refused because an
+operator cancelled the run meanwhile (`terminal_conflict`, its detail saying so) is the
+run's expected end, not a close gone wrong: the entry is settled as `cancelled` (kept in
+delivered/, so `close-outbox status` stays ready), counted and logged, and the run's
+landing branch `rein/<run-id>/<attempt>` is withdrawn (`withdraw_landing`), since the
+run will never be closed as succeeded. An auth refusal (401/403) of one
 of its own entries is its credentials, refused for every request: the pass stops and
 nothing is claimed until they work (loop.py).
 
@@ -41,6 +46,7 @@ from rein_aharness.adapters.queue_errors import (
     QueueError,
     QueueTransientError,
 )
+from rein_aharness.gateway import WithdrawLanding
 from rein_aharness.outbox import (
     InvalidCloseIntentError,
     OutboxConflictError,
@@ -65,9 +71,10 @@ _ANNOUNCED = frozenset({CloseDisposition.applied, CloseDisposition.reconciled})
 
 @dataclass(frozen=True)
 class CloseReport:
-    """How one run's close ended up: `delivered` (with its disposition), `pending`
-    (stays in the outbox for the next replay), `quarantined`, or `lost` (direct close
-    that did not get through)."""
+    """How one run's close ended up: `delivered` (with its disposition), `cancelled`
+    (refused: an operator had cancelled the run; settled), `pending` (stays in the outbox
+    for the next replay), `quarantined`, or `lost` (direct close that did not get
+    through)."""
 
     run_id: str
     path: str  # "outbox" or "direct"
@@ -84,11 +91,13 @@ class Closer:
         store: OutboxStore,
         events: EventSink,
         worker_id: str,
+        withdraw_landing: WithdrawLanding | None = None,
     ) -> None:
         self._client = client
         self._store = store
         self._events = events
         self._worker_id = worker_id
+        self._withdraw = withdraw_landing
 
     # -- replay ------------------------------------------------------------------------
 
@@ -100,13 +109,14 @@ class Closer:
         are quarantined without a request.
         """
         answered: list[tuple[OutboxRecord, CloseResponse]] = []
+        cancelled: list[OutboxRecord] = []
 
         def remember(record: OutboxRecord, response: CloseResponse) -> None:
             answered.append((record, response))
 
         report = await replay_pending(
             self._store,
-            deliver_close(self._client, remember),
+            deliver_close(self._client, remember, cancelled.append),
             stop_on=(QueueTransientError, QueueAuthError),
             identity=self._worker_id,
             quarantine_foreign=True,
@@ -115,8 +125,17 @@ class Closer:
         for record, response in answered:
             if record.key in delivered and record.intent.action is CloseAction.complete:
                 await self._announce(response)
+        settled = {o.key for o in report.outcomes if o.outcome == "cancelled"}
+        for record in cancelled:
+            if record.key in settled:
+                await self._withdraw_cancelled(record)
         for outcome in report.outcomes:
-            if outcome.detail == QuarantineReason.foreign_worker_identity:
+            if outcome.outcome == "cancelled":
+                log.info(
+                    "close settled: an operator cancelled the run before its close arrived",
+                    extra={"run_id": outcome.run_id, "key": outcome.key},
+                )
+            elif outcome.detail == QuarantineReason.foreign_worker_identity:
                 log.warning(
                     "close quarantined: recorded under another worker identity, which "
                     "this worker (ACTIVITY_CORE_WORKER_ID) cannot deliver",
@@ -132,6 +151,13 @@ class Closer:
                     },
                 )
         return report
+
+    async def _withdraw_cancelled(self, record: OutboxRecord) -> None:
+        result = record.intent.result or {}
+        target_repo = result.get("target_repo")
+        if self._withdraw is None or record.attempt is None or not isinstance(target_repo, str):
+            return
+        await self._withdraw(target_repo, record.run_id, record.attempt)
 
     # -- outboxed close ----------------------------------------------------------------
 

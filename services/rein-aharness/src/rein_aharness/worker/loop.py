@@ -108,6 +108,9 @@ class Worker:
                     return
                 await _sleep_unless(stop, self._config.outage_backoff_seconds)
                 continue
+            # The lease is counted from the claim's sending (lease.py): it was granted
+            # after that, on Activity Core's clock.
+            claim_sent_at = anyio.current_time()
             try:
                 runs = await _until(stop, self._claim)
             except (QueueTransientError, QueueAuthError, QueueProtocolError) as exc:
@@ -121,7 +124,7 @@ class Worker:
                 return
             self._metrics.claim("claimed" if runs else "empty")
             if runs:
-                self.reports.append(await self._process(runs[0], stop))
+                self.reports.append(await self._process(runs[0], stop, claim_sent_at))
             if once:
                 return
             if not runs and self._config.wait_seconds == 0:
@@ -139,7 +142,7 @@ class Worker:
             wait_seconds=config.wait_seconds,
         )
 
-    async def _process(self, run: OpsRun, stop: anyio.Event) -> RunReport:
+    async def _process(self, run: OpsRun, stop: anyio.Event, claim_sent_at: float) -> RunReport:
         log.info("claimed run", extra={"run_id": str(run.id), "attempt": run.attempt})
         box: list[RunReport] = []
         failure: list[Exception] = []
@@ -156,7 +159,7 @@ class Worker:
 
                 async def process() -> None:
                     try:
-                        box.append(await self._processor.process(run))
+                        box.append(await self._processor.process(run, claim_sent_at=claim_sent_at))
                     except Exception as exc:
                         failure.append(exc)
                     finally:

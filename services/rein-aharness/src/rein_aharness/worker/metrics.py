@@ -18,11 +18,14 @@ Recorded as the worker works (loop.py, processor.py, lease.py):
                                               (FAILURE_REASONS)
     ops_worker_closes_total{path, result}     each run's own close: the disposition when
                                               delivered, else where it stands (CLOSE_RESULTS)
-    ops_worker_heartbeats_total{result}       ok, failed (will retry), refused
+    ops_worker_heartbeats_total{result}       ok, failed (will retry; or cut short by
+                                              the deadline), refused
     ops_worker_outbox_replays_total{outcome}  entries the loop's replay passes handled:
                                               delivered (a close left pending by an
                                               earlier turn or process, delivered now),
-                                              failed (still pending), quarantined,
+                                              cancelled (settled: the run was cancelled
+                                              by an operator), failed (still pending),
+                                              quarantined,
                                               skipped, set_aside (REPLAY_OUTCOMES)
     ops_worker_execution_duration_seconds{selection}  histogram, profiled or legacy
     ops_worker_close_duration_seconds{path}   histogram, outbox or direct
@@ -132,12 +135,19 @@ FAILURE_REASONS: Final = (
 # attempt's entry; a direct one may be refused or lost.
 _DISPOSITIONS = ("applied", "reconciled", "reopened")
 CLOSE_RESULTS: Final = {
-    "outbox": (*_DISPOSITIONS, "pending", "quarantined", "conflict"),
+    "outbox": (*_DISPOSITIONS, "cancelled", "pending", "quarantined", "conflict"),
     "direct": (*_DISPOSITIONS, "refused", "lost"),
 }
 
 # What a replay pass did with each entry (outbox/replay.py's Outcome).
-REPLAY_OUTCOMES: Final = ("delivered", "failed", "quarantined", "skipped", "set_aside")
+REPLAY_OUTCOMES: Final = (
+    "delivered",
+    "cancelled",
+    "failed",
+    "quarantined",
+    "skipped",
+    "set_aside",
+)
 
 HeartbeatResult = Literal["ok", "failed", "refused"]
 HEARTBEAT_RESULTS: Final = ("ok", "failed", "refused")

@@ -3,8 +3,11 @@
 1. `select_execution` decides before anything exists on disk (profiles/selection.py):
    a refusal is closed as failed at once, without executing anything.
 2. The profiled request goes to the Glas gateway, the legacy one to the legacy runner,
-   each while a `LeaseKeeper` heartbeats. A lost lease cancels the execution (the
-   gateway removes its worktree and puts refs back) and nothing is closed.
+   each while a `LeaseKeeper` heartbeats, inside a cancel scope whose deadline is the
+   lease's (lease.py). A lost lease (a refused heartbeat, or the deadline) cancels the
+   execution (its sandbox is killed, the gateway removes its worktree and puts refs
+   back), the run's landing branch is withdrawn if it had landed (`withdraw_landing`: a
+   result that arrived with the loss is dropped with it), and nothing is closed.
 3. The close is decided (decisions.py) and delivered (closer.py), shielded from
    cancellation: once execution has finished, its close is always at least durably
    enqueued, even during shutdown.
@@ -36,6 +39,7 @@ from rein_aharness.gateway import (
     GlasGateway,
     QueuedRequest,
     SandboxFailed,
+    WithdrawLanding,
     WorkRejected,
     transaction_id_for,
 )
@@ -106,6 +110,7 @@ class RunProcessor:
         allow_unsandboxed: bool = False,
         metrics: WorkerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        withdraw_landing: WithdrawLanding | None = None,
     ) -> None:
         self._client = client
         self._catalogue = catalogue
@@ -117,8 +122,11 @@ class RunProcessor:
         self._allow_unsandboxed = allow_unsandboxed
         self._metrics = metrics or WorkerMetrics()
         self._clock = clock
+        self._withdraw = withdraw_landing
 
-    async def process(self, run: OpsRun) -> RunReport:
+    async def process(self, run: OpsRun, *, claim_sent_at: float | None = None) -> RunReport:
+        """`claim_sent_at`: when the claim that won `run` was sent (`anyio.current_time()`;
+        default now), the moment its lease is counted from (lease.py)."""
         run_id = str(run.id)
         selection = select_execution(
             run, self._catalogue, allow_unsandboxed=self._allow_unsandboxed
@@ -135,9 +143,11 @@ class RunProcessor:
         if isinstance(selection, Profiled):
             request = QueuedRequest(run, selection.profile, selection.grant, selection.sandbox)
             executed, lost = await self._leased(
-                run, "profiled", lambda: self._gateway.execute(request)
+                run, "profiled", lambda: self._gateway.execute(request), claim_sent_at
             )
             if lost is not None:
+                if self._withdraw is not None:
+                    await self._withdraw(run.target_repo, run_id, run.attempt)
                 self._metrics.run_ended("lease_lost")
                 return RunReport(run_id, "profiled", None, lease_lost=lost)
             if executed.error is not None:
@@ -151,7 +161,7 @@ class RunProcessor:
         assert isinstance(selection, Legacy)
         legacy: Legacy = selection
         executed_legacy, lost = await self._leased(
-            run, "legacy", lambda: self._legacy.execute(run, legacy)
+            run, "legacy", lambda: self._legacy.execute(run, legacy), claim_sent_at
         )
         if lost is not None:
             self._metrics.run_ended("lease_lost")
@@ -193,19 +203,27 @@ class RunProcessor:
         run: OpsRun,
         selection: Literal["profiled", "legacy"],
         work: Callable[[], Awaitable[T]],
+        claim_sent_at: float | None,
     ) -> tuple[_Executed[T], str | None]:
-        """Run `work` while heartbeating; (its outcome, None) or (empty, why the lease was lost)."""
+        """Run `work` while heartbeating; (its outcome, None) or (empty, why the lease was
+        lost). `work` is cancelled at the lease's deadline even while a heartbeat is in
+        flight; an outcome that arrived with a lost lease is dropped."""
         keeper = LeaseKeeper(
             self._client,
             run_id=str(run.id),
             attempt=run.attempt,
             worker_id=self._worker_id,
             lease_seconds=self._lease_seconds,
+            granted_from=claim_sent_at,
             metrics=self._metrics,
         )
+        if not await keeper.confirm():
+            assert keeper.lost is not None
+            return _Executed(), keeper.lost
         started = self._clock()
         box: list[_Executed[T]] = []
         with anyio.CancelScope() as guarded:
+            keeper.guard(guarded)
             async with anyio.create_task_group() as tasks:
 
                 async def execute() -> None:
@@ -231,6 +249,10 @@ class RunProcessor:
                 tasks.start_soon(keeper.keep, guarded)
                 tasks.start_soon(execute)
         self._metrics.executed(selection, self._clock() - started)
+        if not box:
+            # Only the lease's deadline ends the scope without an outcome (a shutdown's
+            # cancellation propagates from the `with` above).
+            keeper.deadline_passed()
         if keeper.lost is not None:
             return _Executed(), keeper.lost
         assert box, "execution ended without an outcome"
