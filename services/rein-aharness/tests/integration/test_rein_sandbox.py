@@ -239,6 +239,7 @@ def test_the_bwrap_command_line_is_exactly_this() -> None:
             admin_dir=Path("/repos/o/n/.git/worktrees/r.1"),
             objects_dir=Path("/s/worktrees/r.1.scratch/objects"),
             dotgit_file=Path("/s/worktrees/r.1.scratch/dotgit"),
+            config_file=Path("/s/worktrees/r.1.scratch/config"),
         ),
     )
     args = bwrap_arguments(
@@ -250,17 +251,26 @@ def test_the_bwrap_command_line_is_exactly_this() -> None:
         block_fd=5,
         status_fd=7,
     )
+    common, admin = "/repos/o/n/.git", "/repos/o/n/.git/worktrees/r.1"
     assert " ".join(args) == (
         "/b/bwrap --unshare-user --unshare-all --disable-userns --cap-drop ALL "
         "--die-with-parent --new-session --ro-bind /usr /usr "
         "--symlink usr/bin /bin --symlink usr/lib /lib --ro-bind /lib64 /lib64 "
         "--ro-bind /etc/passwd /etc/passwd --ro-bind /etc/group /etc/group "
-        "--proc /proc --dev /dev --tmpfs /tmp "
-        "--ro-bind /repos/o/n/.git /repository.git --tmpfs /repository.git/worktrees "
-        "--bind /repos/o/n/.git/worktrees/r.1 /repository.git/worktrees/r.1 "
-        "--ro-bind-try /repos/o/n/.git/worktrees/r.1/commondir "
-        "/repository.git/worktrees/r.1/commondir "
-        "--ro-bind-try /repos/o/n/.git/worktrees/r.1/gitdir /repository.git/worktrees/r.1/gitdir "
+        "--proc /proc --dev /dev --size 1073741824 --tmpfs /dev/shm --remount-ro /dev "
+        "--size 1073741824 --tmpfs /tmp "
+        + "".join(
+            f"--ro-bind-try {common}/{entry} /repository.git/{entry} "
+            for entry in ("objects", "refs", "HEAD", "packed-refs", "shallow", "info", "reftable")
+        )
+        + "--ro-bind /s/worktrees/r.1.scratch/config /repository.git/config "
+        "--size 65536 --tmpfs /repository.git/worktrees "
+        f"--bind {admin} /repository.git/worktrees/r.1 "
+        + "".join(
+            f"--ro-bind-try {admin}/{name} /repository.git/worktrees/r.1/{name} "
+            for name in ("commondir", "gitdir", "config.worktree")
+        )
+        + "--remount-ro /repository.git/worktrees "
         "--bind /s/worktrees/r.1.scratch/objects /objects "
         "--bind /s/worktrees/r.1 /workspace "
         "--ro-bind /s/worktrees/r.1.scratch/dotgit /workspace/.git "
@@ -789,12 +799,12 @@ class _listener:
 
 
 def test_sandbox_cgroups_of_dead_workers_are_removed(tmp_path: Path) -> None:
-    from rein_aharness.sandbox.limits import _remove_stale
+    from rein_aharness.sandbox.cgroups import remove_stale
 
     dead = tmp_path / "rein-aharness-sandbox-999999999-0"
     mine = tmp_path / f"rein-aharness-sandbox-{os.getpid()}-0"
     other = tmp_path / "unrelated"
     for path in (dead, mine, other):
         path.mkdir()
-    _remove_stale(tmp_path)
+    remove_stale(tmp_path)
     assert not dead.exists() and mine.exists() and other.exists()

@@ -135,7 +135,7 @@ class LocalGlasGateway:
         started: float,
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = sandbox_over(workspace, request.sandbox, self._bwrap)
+        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap)
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):

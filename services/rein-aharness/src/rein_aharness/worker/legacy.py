@@ -75,7 +75,7 @@ class LegacyRunner:
                 self._root, self._worktrees, run.target_repo, f"{run.id}.{run.attempt}"
             )
             async with session as opened:
-                sandbox = sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
+                sandbox = await sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
                 run_vars = {
                     "REIN_RUN_ID": str(run.id),
                     "REIN_RUN_ATTEMPT": str(run.attempt),
