@@ -63,6 +63,9 @@ _SMALL_SANDBOX = (
     "  profile.small:\n"
     "    kind: bwrap\n"
     "    limits: {file_size_mb: 1, address_space_mb: 512, processes: 64}\n"
+    "  profile.tight:\n"
+    "    kind: bwrap\n"
+    "    limits: {file_size_mb: 2, worktree_mb: 3}\n"
 )
 
 
@@ -617,6 +620,55 @@ async def test_escape_a_file_past_the_size_bound(
     )
     assert row["state"] == "failed"
     assert "exited with status" in str(row["last_error"])
+
+
+@pytest.mark.parametrize(
+    "then",
+    ["sleep 30", "true"],
+    ids=["stopped-while-it-runs", "caught-after-it-exits"],
+)
+async def test_escape_a_worktree_grown_past_its_bound_fails_the_run(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, then: str
+) -> None:
+    # 6 files of 1 MiB, each within file_size_mb (2), 6 MiB in all past worktree_mb (3).
+    repo = repos.make()
+    script = (
+        "for i in 1 2 3 4 5 6; do head -c 1M /dev/urandom > briefs/f$i.bin; done; "
+        f"{then}; echo done > briefs/result.md && {_COMMIT_RESULT}"
+    )
+    row = await _run_attack(
+        activity_core, repos, tmp_path, script, timeout_s=60, sandbox="profile.tight"
+    )
+    assert (row["state"], row["last_error"]) == (
+        "failed",
+        "the approach grew its worktree and objects by more than worktree_mb (3 MiB) of "
+        "sandbox profile profile.tight; it was stopped",
+    )
+    assert Repos.landings(repo) == {}
+    assert not processes_of_run(str(row["id"]))
+
+
+def test_worktree_use_counts_blocks_each_entry_and_hard_links_once(tmp_path: Path) -> None:
+    from rein_aharness.sandbox.growth import used_bytes
+
+    root = tmp_path / "wt"
+    root.mkdir()
+    assert used_bytes([root], 2**40) == 4096  # the directory itself
+    for i in range(10):
+        (root / f"empty{i}").touch()
+    assert used_bytes([root], 2**40) == 11 * 4096  # an empty file still costs an entry
+    (root / "data").write_bytes(b"x" * 100_000)
+    with_data = used_bytes([root], 2**40)
+    assert with_data >= 11 * 4096 + 100_000
+    for i in range(20):
+        os.link(root / "data", root / f"link{i}")
+    assert used_bytes([root], 2**40) == with_data  # 20 more names of one inode: counted once
+    hidden = root / "hidden"
+    hidden.mkdir()
+    (hidden / "more").write_bytes(b"y" * 50_000)
+    hidden.chmod(0)
+    assert used_bytes([root], 2**40) >= with_data + 4096 + 50_000  # made readable, measured
+    assert 10_000 < used_bytes([root], 10_000) < with_data  # stops once past the limit
 
 
 async def test_escape_memory_past_the_bound(

@@ -37,6 +37,7 @@ from rein_aharness.repository import Workspace
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments, system_paths
 from rein_aharness.sandbox.cgroups import SandboxCgroups
 from rein_aharness.sandbox.gitview import sandbox_config
+from rein_aharness.sandbox.growth import WorktreeGrowth
 from rein_aharness.sandbox.layout import (
     GitMounts,
     SandboxMounts,
@@ -68,6 +69,7 @@ class Sandbox:
     choice: SandboxChoice
     bwrap: Path | None
     mounts: SandboxMounts
+    growth: WorktreeGrowth | None = None  # None: no repository (the start-up probe)
 
     def process(
         self, argv: Sequence[str], env: Mapping[str, str]
@@ -85,7 +87,8 @@ class Sandbox:
 
 async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path | None) -> Sandbox:
     """The run's sandbox over its worktree; writes the `.git` file and the git config the
-    sandbox shows (into the scratch directory, which the sandbox does not see)."""
+    sandbox shows (into the scratch directory, which the sandbox does not see), and
+    measures the worktree's baseline for its growth bound (growth.py)."""
     workspace.dotgit_file.write_text(dotgit_text(workspace.admin_dir.name), encoding="utf-8")
     config_file = workspace.scratch / "config"
     await sandbox_config(workspace.repository.common_dir, config_file)
@@ -96,7 +99,12 @@ async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path 
         dotgit_file=workspace.dotgit_file,
         config_file=config_file,
     )
-    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git))
+    growth = await WorktreeGrowth.measured(
+        (workspace.path, workspace.admin_dir, workspace.objects_dir),
+        choice.profile.limits.worktree_mb,
+        choice.name,
+    )
+    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git), growth)
 
 
 _system: SystemPaths | None = None

@@ -37,7 +37,7 @@ from rein_aharness.repository import (
     judge,
     worktree_session,
 )
-from rein_aharness.sandbox import SandboxUnavailable, sandbox_over
+from rein_aharness.sandbox import SandboxUnavailable, WorktreeTooLarge, sandbox_over
 
 __all__ = ["LegacyRunner"]
 
@@ -98,6 +98,8 @@ class LegacyRunner:
                             raise ApproachFailed(
                                 f"the command exited with status {outcome.returncode}"
                             )
+                except WorktreeTooLarge as exc:
+                    raise ApproachFailed(exc.reason) from None
                 except SandboxUnavailable as exc:
                     if self._on_sandbox_failure is not None:
                         self._on_sandbox_failure(exc.reason)
