@@ -71,7 +71,7 @@ class CgroupPlaces:
 
 def _words(path: Path) -> list[str]:
     try:
-        return path.read_text(encoding="ascii").split()
+        return path.read_text(encoding="utf-8").split()
     except OSError:
         return []
 
@@ -81,7 +81,7 @@ def cgroup_places(
 ) -> CgroupPlaces:
     """This process's cgroups, from /proc/self/cgroup and the mounted hierarchies."""
     try:
-        lines = proc_self.read_text(encoding="ascii").splitlines()
+        lines = proc_self.read_text(encoding="utf-8").splitlines()
     except OSError:
         return CgroupPlaces({}, None)
     v1: dict[str, Path] = {}
@@ -160,7 +160,7 @@ class SandboxCgroups:
             if not required and not target.exists():
                 continue
             try:
-                target.write_text(value, encoding="ascii")
+                target.write_text(value, encoding="utf-8")
             except OSError as exc:
                 if created:
                     self.paths.remove(path)
@@ -170,7 +170,7 @@ class SandboxCgroups:
     def add(self, pid: int) -> None:
         for path in self.paths:
             try:
-                (path / "cgroup.procs").write_text(str(pid), encoding="ascii")
+                (path / "cgroup.procs").write_text(str(pid), encoding="utf-8")
             except OSError as exc:
                 raise SandboxLimitError(
                     f"cannot move the sandbox into {path}: {exc.strerror}",
@@ -213,7 +213,7 @@ def _remove(path: Path) -> None:
     deadline = time.monotonic() + 2.0
     while True:
         try:
-            pids = (path / "cgroup.procs").read_text(encoding="ascii").split()
+            pids = (path / "cgroup.procs").read_text(encoding="utf-8").split()
         except OSError:
             pids = []
         for pid in pids:
