@@ -169,3 +169,38 @@ def test_the_generated_config_keeps_only_the_allowlisted_keys() -> None:
         '\tobjectformat = "sha256"\n'
         '\tworktreeconfig = "true"\n'
     )
+
+
+@pytest.mark.parametrize(
+    "init",
+    [["init", "-q", "-b", "main", "--object-format=sha256"], ["init", "-q", "-b", "main"]],
+    ids=["sha256", "worktree-config"],
+)
+async def test_the_generated_config_keeps_what_the_repository_format_needs(
+    tmp_path: Path, init: list[str]
+) -> None:
+    root = tmp_path / "repositories"
+    repo = root / "research" / "briefs"
+    repo.mkdir(parents=True)
+    git(repo, *init)
+    if "--object-format=sha256" not in init:
+        git(repo, "config", "core.repositoryformatversion", "1")
+        git(repo, "config", "extensions.worktreeConfig", "true")
+        git(repo, "config", "--worktree", "core.sparseCheckout", "false")
+    (repo / "README.md").write_text("# briefs\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    _plant_credentials(repo)
+    async with worktree_session(root, tmp_path / "wt", "research/briefs", "run.1") as opened:
+        sandbox = await sandbox_over(opened.workspace, BWRAP_LOCAL, BWRAP)
+        code, out = await _sh(
+            sandbox,
+            "echo x > new.md && git add new.md && git commit -qm sandboxed && "
+            "git rev-parse HEAD && git config --show-scope --get-regexp '^extensions'",
+        )
+    assert code == 0, out
+    head, *extensions = out.splitlines()
+    if "--object-format=sha256" in init:
+        assert len(head) == 64 and extensions == ["local\textensions.objectformat sha256"]
+    else:
+        assert len(head) == 40 and extensions == ["local\textensions.worktreeconfig true"]
