@@ -84,7 +84,7 @@ async def main() -> None:
         workspace = await open_workspace(repository, root / "worktrees", "bench.1")
         plain = Sandbox(_choice("profile.none-local"), bwrap, SandboxMounts(root / "plain"))
         bare = Sandbox(_choice("profile.bwrap-local"), bwrap, SandboxMounts(root / "plain"))
-        full = sandbox_over(workspace, _choice("profile.bwrap-local"), bwrap)
+        full = await sandbox_over(workspace, _choice("profile.bwrap-local"), bwrap)
         samples: dict[str, list[float]] = {
             "plain subprocess": [],
             "bwrap": [],

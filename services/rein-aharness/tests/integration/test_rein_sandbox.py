@@ -63,6 +63,9 @@ _SMALL_SANDBOX = (
     "  profile.small:\n"
     "    kind: bwrap\n"
     "    limits: {file_size_mb: 1, address_space_mb: 512, processes: 64}\n"
+    "  profile.tight:\n"
+    "    kind: bwrap\n"
+    "    limits: {file_size_mb: 2, worktree_mb: 3}\n"
 )
 
 
@@ -239,6 +242,7 @@ def test_the_bwrap_command_line_is_exactly_this() -> None:
             admin_dir=Path("/repos/o/n/.git/worktrees/r.1"),
             objects_dir=Path("/s/worktrees/r.1.scratch/objects"),
             dotgit_file=Path("/s/worktrees/r.1.scratch/dotgit"),
+            config_file=Path("/s/worktrees/r.1.scratch/config"),
         ),
     )
     args = bwrap_arguments(
@@ -250,17 +254,26 @@ def test_the_bwrap_command_line_is_exactly_this() -> None:
         block_fd=5,
         status_fd=7,
     )
+    common, admin = "/repos/o/n/.git", "/repos/o/n/.git/worktrees/r.1"
     assert " ".join(args) == (
         "/b/bwrap --unshare-user --unshare-all --disable-userns --cap-drop ALL "
         "--die-with-parent --new-session --ro-bind /usr /usr "
         "--symlink usr/bin /bin --symlink usr/lib /lib --ro-bind /lib64 /lib64 "
         "--ro-bind /etc/passwd /etc/passwd --ro-bind /etc/group /etc/group "
-        "--proc /proc --dev /dev --tmpfs /tmp "
-        "--ro-bind /repos/o/n/.git /repository.git --tmpfs /repository.git/worktrees "
-        "--bind /repos/o/n/.git/worktrees/r.1 /repository.git/worktrees/r.1 "
-        "--ro-bind-try /repos/o/n/.git/worktrees/r.1/commondir "
-        "/repository.git/worktrees/r.1/commondir "
-        "--ro-bind-try /repos/o/n/.git/worktrees/r.1/gitdir /repository.git/worktrees/r.1/gitdir "
+        "--proc /proc --dev /dev --size 1073741824 --tmpfs /dev/shm --remount-ro /dev "
+        "--size 1073741824 --tmpfs /tmp "
+        + "".join(
+            f"--ro-bind-try {common}/{entry} /repository.git/{entry} "
+            for entry in ("objects", "refs", "HEAD", "packed-refs", "shallow", "info", "reftable")
+        )
+        + "--ro-bind /s/worktrees/r.1.scratch/config /repository.git/config "
+        "--size 65536 --tmpfs /repository.git/worktrees "
+        f"--bind {admin} /repository.git/worktrees/r.1 "
+        + "".join(
+            f"--ro-bind-try {admin}/{name} /repository.git/worktrees/r.1/{name} "
+            for name in ("commondir", "gitdir", "config.worktree")
+        )
+        + "--remount-ro /repository.git/worktrees "
         "--bind /s/worktrees/r.1.scratch/objects /objects "
         "--bind /s/worktrees/r.1 /workspace "
         "--ro-bind /s/worktrees/r.1.scratch/dotgit /workspace/.git "
@@ -609,6 +622,55 @@ async def test_escape_a_file_past_the_size_bound(
     assert "exited with status" in str(row["last_error"])
 
 
+@pytest.mark.parametrize(
+    "then",
+    ["sleep 30", "true"],
+    ids=["stopped-while-it-runs", "caught-after-it-exits"],
+)
+async def test_escape_a_worktree_grown_past_its_bound_fails_the_run(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, then: str
+) -> None:
+    # 6 files of 1 MiB, each within file_size_mb (2), 6 MiB in all past worktree_mb (3).
+    repo = repos.make()
+    script = (
+        "for i in 1 2 3 4 5 6; do head -c 1M /dev/urandom > briefs/f$i.bin; done; "
+        f"{then}; echo done > briefs/result.md && {_COMMIT_RESULT}"
+    )
+    row = await _run_attack(
+        activity_core, repos, tmp_path, script, timeout_s=60, sandbox="profile.tight"
+    )
+    assert (row["state"], row["last_error"]) == (
+        "failed",
+        "the approach grew its worktree and objects by more than worktree_mb (3 MiB) of "
+        "sandbox profile profile.tight; it was stopped",
+    )
+    assert Repos.landings(repo) == {}
+    assert not processes_of_run(str(row["id"]))
+
+
+def test_worktree_use_counts_blocks_each_entry_and_hard_links_once(tmp_path: Path) -> None:
+    from rein_aharness.sandbox.growth import used_bytes
+
+    root = tmp_path / "wt"
+    root.mkdir()
+    assert used_bytes([root], 2**40) == 4096  # the directory itself
+    for i in range(10):
+        (root / f"empty{i}").touch()
+    assert used_bytes([root], 2**40) == 11 * 4096  # an empty file still costs an entry
+    (root / "data").write_bytes(b"x" * 100_000)
+    with_data = used_bytes([root], 2**40)
+    assert with_data >= 11 * 4096 + 100_000
+    for i in range(20):
+        os.link(root / "data", root / f"link{i}")
+    assert used_bytes([root], 2**40) == with_data  # 20 more names of one inode: counted once
+    hidden = root / "hidden"
+    hidden.mkdir()
+    (hidden / "more").write_bytes(b"y" * 50_000)
+    hidden.chmod(0)
+    assert used_bytes([root], 2**40) >= with_data + 4096 + 50_000  # made readable, measured
+    assert 10_000 < used_bytes([root], 10_000) < with_data  # stops once past the limit
+
+
 async def test_escape_memory_past_the_bound(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
@@ -789,12 +851,12 @@ class _listener:
 
 
 def test_sandbox_cgroups_of_dead_workers_are_removed(tmp_path: Path) -> None:
-    from rein_aharness.sandbox.limits import _remove_stale
+    from rein_aharness.sandbox.cgroups import remove_stale
 
     dead = tmp_path / "rein-aharness-sandbox-999999999-0"
     mine = tmp_path / f"rein-aharness-sandbox-{os.getpid()}-0"
     other = tmp_path / "unrelated"
     for path in (dead, mine, other):
         path.mkdir()
-    _remove_stale(tmp_path)
+    remove_stale(tmp_path)
     assert not dead.exists() and mine.exists() and other.exists()

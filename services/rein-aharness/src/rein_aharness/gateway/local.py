@@ -8,7 +8,8 @@ Per request:
    fingerprint the git metadata the approach must not change;
 3. run the approach (`command` or `brief`) in the run's sandbox (sandbox/): if the
    sandbox cannot be created, the attempt fails as `SandboxFailed` (reopened) before the
-   approach ran, and the worker's sandbox gate closes;
+   approach ran, and the worker's sandbox gate closes; an approach that grows its
+   worktree past the profile's `worktree_mb` is killed and fails (`ApproachFailed`);
 4. inspect and judge the work (repository/acceptance.py): rejected work is discarded and
    reported as `WorkRejected`; accepted commits' objects are imported into the repository
    and land on `rein/<run-id>/<attempt>` (repository/landing.py);
@@ -65,7 +66,7 @@ from rein_aharness.repository import (
     resolve_repository,
     worktree_session,
 )
-from rein_aharness.sandbox import Sandbox, SandboxUnavailable, sandbox_over
+from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -160,13 +161,15 @@ class LocalGlasGateway:
         started: float,
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = sandbox_over(workspace, request.sandbox, self._bwrap)
+        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap)
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):
                 await self._run_approach(request, workspace, sandbox, brief_path)
         except ApproachFailed as exc:
             failure = exc
+        except WorktreeTooLarge as exc:
+            failure = ApproachFailed(exc.reason)
         except SandboxUnavailable as exc:
             if self._on_sandbox_failure is not None:
                 self._on_sandbox_failure(exc.reason)

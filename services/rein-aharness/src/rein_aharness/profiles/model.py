@@ -89,7 +89,16 @@ SandboxName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,
 class SandboxLimits(BaseModel):
     """Resource bounds applied to the approach inside its sandbox (setrlimit on its first
     process, inherited by everything it starts; with a root worker the process bound is a
-    pids cgroup, since the kernel exempts root from RLIMIT_NPROC)."""
+    pids cgroup, since the kernel exempts root from RLIMIT_NPROC).
+
+    `address_space_mb` is the memory bound: each process's address space, and, where the
+    node gives the worker a memory cgroup, the whole sandbox's memory, its tmpfs files
+    included. `tmpfs_mb` is the size of each writable tmpfs (`/tmp`, `/dev/shm`): files
+    there are memory, so it defaults to a quarter of the memory bound and may not exceed
+    it. `worktree_mb` bounds how much the worktree, its git entry and the private objects
+    may grow while the approach runs (the worker measures them; over it, the sandbox is
+    killed and the run fails).
+    """
 
     model_config = _STRICT
 
@@ -98,6 +107,23 @@ class SandboxLimits(BaseModel):
     processes: int = Field(default=256, ge=8, le=65_536)
     file_size_mb: int = Field(default=1024, ge=1, le=1_048_576)
     open_files: int = Field(default=1024, ge=16, le=65_536)
+    tmpfs_mb: int | None = Field(default=None, ge=1, le=1_048_576)
+    worktree_mb: int = Field(default=4096, ge=1, le=1_048_576)
+
+    @model_validator(mode="after")
+    def _tmpfs_within_memory(self) -> SandboxLimits:
+        if self.tmpfs_mb is not None and self.tmpfs_mb > self.address_space_mb:
+            raise ValueError(
+                f"tmpfs_mb ({self.tmpfs_mb}) may not exceed address_space_mb "
+                f"({self.address_space_mb}): tmpfs files are memory"
+            )
+        return self
+
+    @property
+    def tmpfs_bytes(self) -> int:
+        """The size of each writable tmpfs: `tmpfs_mb`, else a quarter of the memory bound."""
+        mb = self.tmpfs_mb if self.tmpfs_mb is not None else self.address_space_mb // 4
+        return mb * 1024 * 1024
 
 
 class SandboxProfile(BaseModel):

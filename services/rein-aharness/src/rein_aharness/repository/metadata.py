@@ -3,9 +3,12 @@
 What can make git run code or change what it does, or point it elsewhere: the
 repository's `config`, `config.worktree`, `hooks/`, `info/` (attributes, excludes,
 sparse-checkout), `objects/info/` (alternates), the run's worktree entry (`commondir`,
-`gitdir`, `config.worktree`) and the worktree's own `.git` file. A bwrap sandbox shows all
-of them read-only, so a change means the sandbox was bypassed (or was `none`); acceptance
-refuses the run either way. New objects and the run's own HEAD, index and logs are the
+`gitdir`, `config.worktree`) and the worktree's own `.git` file. A bwrap sandbox shows
+none of them writable: `info/` and `objects/info/` read-only, a config of its own instead
+of the repository's (sandbox/gitview.py), no `hooks/` and no common `config.worktree` at
+all, and the entry's `config.worktree` (created empty with the worktree) read-only; so a
+change means the sandbox was bypassed (or was `none`); acceptance refuses the run either
+way. New objects and the run's own HEAD, index and logs are the
 only git metadata an approach may write; refs are compared separately (refs.py).
 """
 

@@ -3,8 +3,9 @@
 Worktrees live under the worker's private state (`<state>/worktrees/<run-id>.<attempt>`),
 never inside a target checkout, each with a scratch directory beside it
 (`<run-id>.<attempt>.scratch`): the approach's private object directory, and the `.git`
-file its sandbox shows (written by sandbox/process.py). The worker's own git calls in a
-worktree name its git dir and work tree explicitly (`Workspace.git_env`), so a `.git`
+file and the git config its sandbox shows (written by sandbox/process.py). The worker's
+own git calls in a worktree name its git dir and work tree explicitly
+(`Workspace.git_env`), so a `.git`
 file the approach rewrote can never point the worker's git at another repository or
 config. Worktrees are detached at the baseline (the target repository's HEAD commit), so
 creating one adds no ref. Worktree administration (add,
@@ -121,6 +122,10 @@ async def open_workspace(repository: Repository, worktrees_root: Path, name: str
 def _make_scratch(workspace: Workspace) -> None:
     workspace.scratch.mkdir(mode=0o700)
     workspace.objects_dir.mkdir(mode=0o700)
+    # The sandbox binds the entry's config.worktree read-only, so it must exist (empty:
+    # git reads it only with extensions.worktreeConfig) before the metadata fingerprint;
+    # otherwise git inside the sandbox could create it in the writable entry.
+    (workspace.admin_dir / "config.worktree").touch(exist_ok=True)
 
 
 async def discard_workspace(workspace: Workspace) -> None:

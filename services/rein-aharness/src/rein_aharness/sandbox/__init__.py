@@ -2,6 +2,7 @@
 keeps the worker from claiming while the sandbox cannot be created."""
 
 from rein_aharness.sandbox.gate import SandboxGate, probe_sandbox, resolve_bwrap
+from rein_aharness.sandbox.growth import WorktreeTooLarge
 from rein_aharness.sandbox.layout import (
     GitMounts,
     SandboxMounts,
@@ -21,6 +22,7 @@ __all__ = [
     "SandboxGate",
     "SandboxMounts",
     "SandboxUnavailable",
+    "WorktreeTooLarge",
     "approach_git_environment",
     "dotgit_text",
     "probe_sandbox",

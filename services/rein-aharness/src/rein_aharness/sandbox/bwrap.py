@@ -4,14 +4,22 @@ What the approach gets, in mount order (later mounts cover earlier ones):
 
 | path                       | what                                                        |
 | -------------------------- | ----------------------------------------------------------- |
-| `/`                        | an empty tmpfs, remounted read-only at the end              |
+| `/`                        | an empty tmpfs, remounted read-only at the end (bwrap      |
+|                            | cannot size it; read-only, it holds nothing the approach   |
+|                            | writes)                                                    |
 | `/usr`, `/bin`, `/lib*`    | the host's, read-only (symlinks where the host has them)    |
 | `/etc/<a few entries>`     | read-only: users, groups, loader cache, time zone,          |
 |                            | alternatives; DNS and CA certificates only with network     |
-| `/proc`, `/dev`, `/tmp`    | its own: its PID namespace's proc, a minimal dev, a tmpfs   |
-| `/repository.git`          | the repository's git dir, read-only; its `worktrees/` shows |
-|                            | only this run's entry                                       |
-| `.../worktrees/<name>`     | read-write (HEAD, index, logs); `commondir`, `gitdir` not   |
+| `/proc`                    | its PID namespace's proc                                    |
+| `/dev`                     | a minimal dev, read-only (bwrap cannot size its tmpfs; the  |
+|                            | device nodes stay usable); `/dev/shm` a tmpfs of `tmpfs_mb` |
+| `/tmp`                     | a tmpfs of `tmpfs_mb`                                       |
+| `/repository.git`          | some of the repository's git dir, read-only (gitview.py:    |
+|                            | objects, refs, HEAD, packed-refs, shallow, info), and a     |
+|                            | config the worker wrote, without remotes or credentials     |
+| `.../worktrees`            | a small tmpfs, read-only, showing only this run's entry     |
+| `.../worktrees/<name>`     | read-write (HEAD, index, logs); `commondir`, `gitdir`,      |
+|                            | `config.worktree` read-only                                 |
 | `/objects`                 | the run's private object directory, read-write              |
 | `/workspace`               | the run's worktree, read-write; the working directory       |
 | `/workspace/.git`          | read-only, pointing at `/repository.git/worktrees/<name>`   |
@@ -32,9 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rein_aharness.profiles import SandboxProfile
+from rein_aharness.sandbox.gitview import COMMON_ENTRIES
 from rein_aharness.sandbox.layout import OBJECTS, REPOSITORY, WORKSPACE, SandboxMounts
 
 __all__ = ["SystemPaths", "bwrap_arguments", "system_paths"]
+
+# A tmpfs that only holds mount points, read-only once they exist.
+_MOUNT_POINTS_TMPFS = 64 * 1024
 
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC = (
@@ -118,23 +130,32 @@ def bwrap_arguments(
         args += ["--ro-bind", directory, directory]
     for entry in system.etc + (system.etc_network if profile.network else ()):
         args += ["--ro-bind", entry, entry]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    tmpfs = str(profile.limits.tmpfs_bytes)
+    # /dev is a tmpfs bwrap cannot size: it is made read-only (its device nodes are
+    # mounts of their own and stay usable), and its one writable place is a sized /dev/shm.
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", tmpfs, "--tmpfs", "/dev/shm"]
+    args += ["--remount-ro", "/dev", "--size", tmpfs, "--tmpfs", "/tmp"]
     git = mounts.git
     if git is not None:
-        admin = f"{REPOSITORY}/worktrees/{git.admin_name}"
+        worktrees = f"{REPOSITORY}/worktrees"
+        admin = f"{worktrees}/{git.admin_name}"
+        for entry in COMMON_ENTRIES:
+            args += ["--ro-bind-try", os.fspath(git.common_dir / entry), f"{REPOSITORY}/{entry}"]
         args += [
             "--ro-bind",
-            os.fspath(git.common_dir),
-            str(REPOSITORY),
+            os.fspath(git.config_file),
+            f"{REPOSITORY}/config",
+            "--size",
+            str(_MOUNT_POINTS_TMPFS),
             "--tmpfs",
-            f"{REPOSITORY}/worktrees",
+            worktrees,
             "--bind",
             os.fspath(git.admin_dir),
             admin,
         ]
-        for name in ("commondir", "gitdir"):
+        for name in ("commondir", "gitdir", "config.worktree"):
             args += ["--ro-bind-try", os.fspath(git.admin_dir / name), f"{admin}/{name}"]
-        args += ["--bind", os.fspath(git.objects_dir), str(OBJECTS)]
+        args += ["--remount-ro", worktrees, "--bind", os.fspath(git.objects_dir), str(OBJECTS)]
     args += ["--bind", os.fspath(mounts.worktree), str(WORKSPACE)]
     if git is not None:
         args += ["--ro-bind", os.fspath(git.dotgit_file), f"{WORKSPACE}/.git"]

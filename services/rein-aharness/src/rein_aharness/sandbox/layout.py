@@ -31,10 +31,11 @@ OBJECTS = PurePosixPath("/objects")
 
 @dataclass(frozen=True)
 class GitMounts:
-    common_dir: Path  # the repository's git dir: read-only at /repository.git
+    common_dir: Path  # the repository's git dir: some entries read-only at /repository.git
     admin_dir: Path  # <common>/worktrees/<name>: read-write (the run's HEAD, index, logs)
     objects_dir: Path  # the run's private object directory: read-write at /objects
     dotgit_file: Path  # "gitdir: /repository.git/worktrees/<name>", over /workspace/.git
+    config_file: Path  # the config the sandbox shows at /repository.git/config (gitview.py)
 
     @property
     def admin_name(self) -> str:

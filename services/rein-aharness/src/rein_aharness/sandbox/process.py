@@ -11,7 +11,7 @@ could not be created (no user namespaces, a refused mount, a broken bwrap):
 `SandboxUnavailable` carries bwrap's own first line of error, and nothing of the approach
 ran. On the way out the whole sandbox is killed: bwrap's session
 by SIGKILL, the sandbox with it (die-with-parent; its PID namespace ends with its first
-process), and a root worker's pids cgroup is emptied and removed.
+process), and its cgroups (cgroups.py) are emptied and removed.
 
 For kind `none` (development only) the approach is an ordinary child in its own session,
 with no bounds but the time budget.
@@ -35,18 +35,16 @@ from anyio.abc import Process
 from rein_aharness.profiles import SandboxChoice
 from rein_aharness.repository import Workspace
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments, system_paths
+from rein_aharness.sandbox.cgroups import SandboxCgroups
+from rein_aharness.sandbox.gitview import sandbox_config
+from rein_aharness.sandbox.growth import WorktreeGrowth
 from rein_aharness.sandbox.layout import (
     GitMounts,
     SandboxMounts,
     approach_git_environment,
     dotgit_text,
 )
-from rein_aharness.sandbox.limits import (
-    PidsCgroup,
-    SandboxLimitError,
-    apply_rlimits,
-    root_needs_cgroup,
-)
+from rein_aharness.sandbox.limits import SandboxLimitError, apply_rlimits, root_needs_cgroup
 
 __all__ = ["Sandbox", "SandboxUnavailable", "sandbox_over", "sandboxed_process"]
 
@@ -71,6 +69,7 @@ class Sandbox:
     choice: SandboxChoice
     bwrap: Path | None
     mounts: SandboxMounts
+    growth: WorktreeGrowth | None = None  # None: no repository (the start-up probe)
 
     def process(
         self, argv: Sequence[str], env: Mapping[str, str]
@@ -86,16 +85,26 @@ class Sandbox:
         return self.choice.evidence_name
 
 
-def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path | None) -> Sandbox:
-    """The run's sandbox over its worktree; writes the `.git` file the sandbox shows."""
+async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path | None) -> Sandbox:
+    """The run's sandbox over its worktree; writes the `.git` file and the git config the
+    sandbox shows (into the scratch directory, which the sandbox does not see), and
+    measures the worktree's baseline for its growth bound (growth.py)."""
     workspace.dotgit_file.write_text(dotgit_text(workspace.admin_dir.name), encoding="utf-8")
+    config_file = workspace.scratch / "config"
+    await sandbox_config(workspace.repository.common_dir, config_file)
     git = GitMounts(
         common_dir=workspace.repository.common_dir,
         admin_dir=workspace.admin_dir,
         objects_dir=workspace.objects_dir,
         dotgit_file=workspace.dotgit_file,
+        config_file=config_file,
     )
-    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git))
+    growth = await WorktreeGrowth.measured(
+        (workspace.path, workspace.admin_dir, workspace.objects_dir),
+        choice.profile.limits.worktree_mb,
+        choice.name,
+    )
+    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git), growth)
 
 
 _system: SystemPaths | None = None
@@ -158,11 +167,10 @@ async def _bwrap_process(
 ) -> AsyncIterator[Process]:
     block_read, block_write = os.pipe2(os.O_CLOEXEC)
     status_read, status_write = os.pipe2(os.O_CLOEXEC)
-    cgroup: PidsCgroup | None = None
+    cgroup: SandboxCgroups | None = None
     process: Process | None = None
     try:
-        if root_needs_cgroup():
-            cgroup = PidsCgroup.create(choice.profile.limits.processes)
+        cgroup = SandboxCgroups.create(choice.profile.limits, pids=root_needs_cgroup())
         args = bwrap_arguments(
             bwrap,
             choice.profile,
@@ -184,8 +192,7 @@ async def _bwrap_process(
             raise SandboxUnavailable(await _bwrap_error(process))
         try:
             apply_rlimits(child, choice.profile.limits)
-            if cgroup is not None:
-                cgroup.add(child)
+            cgroup.add(child)
         except SandboxLimitError as exc:
             if exc.process_gone:
                 # bwrap reported its first process and then failed setting it up (a

@@ -37,7 +37,7 @@ from rein_aharness.repository import (
     judge,
     worktree_session,
 )
-from rein_aharness.sandbox import SandboxUnavailable, sandbox_over
+from rein_aharness.sandbox import SandboxUnavailable, WorktreeTooLarge, sandbox_over
 
 __all__ = ["LegacyRunner"]
 
@@ -75,7 +75,7 @@ class LegacyRunner:
                 self._root, self._worktrees, run.target_repo, f"{run.id}.{run.attempt}"
             )
             async with session as opened:
-                sandbox = sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
+                sandbox = await sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
                 run_vars = {
                     "REIN_RUN_ID": str(run.id),
                     "REIN_RUN_ATTEMPT": str(run.attempt),
@@ -98,6 +98,8 @@ class LegacyRunner:
                             raise ApproachFailed(
                                 f"the command exited with status {outcome.returncode}"
                             )
+                except WorktreeTooLarge as exc:
+                    raise ApproachFailed(exc.reason) from None
                 except SandboxUnavailable as exc:
                     if self._on_sandbox_failure is not None:
                         self._on_sandbox_failure(exc.reason)
