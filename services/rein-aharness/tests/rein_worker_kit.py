@@ -6,13 +6,16 @@ activity-core is imported here, from tests only; rein_aharness itself never impo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import socket
 import subprocess
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+import uvicorn
 
 from ac_testkit import WORKER_ID, WORKER_TOKEN, SeededQueue, settings_env
 from activity_core.http.app import create_app
@@ -367,3 +371,48 @@ class RecordingTransport(httpx.AsyncBaseTransport):
 
 
 # -- a run projection, for tests without a queue -----------------------------------
+
+
+@asynccontextmanager
+async def served_on_loopback(app: Any) -> AsyncIterator[str]:
+    """`app` served by uvicorn on an ephemeral 127.0.0.1 port, in this loop: its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, lifespan="on", log_level="critical", access_log=False)
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def worker_process_env(
+    tmp_path: Path, repos: Repos, catalogue: Path, url: str, *, lease_seconds: int
+) -> dict[str, str]:
+    """The environment of a `rein-aharness run` process: this one's, less any
+    ACTIVITY_CORE_/REIN_AHARNESS_/GIT_ variable, plus the worker's settings."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_", "GIT_"))
+    }
+    env.update(
+        {
+            "ACTIVITY_CORE_URL": url,
+            "ACTIVITY_CORE_WORKER_TOKEN": WORKER_TOKEN,
+            "ACTIVITY_CORE_WORKER_ID": WORKER_ID,
+            "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
+            "REIN_AHARNESS_PROFILES": str(catalogue),
+            "REIN_AHARNESS_REPOSITORIES_ROOT": str(repos.root),
+            "REIN_AHARNESS_WAIT_SECONDS": "0",
+            "REIN_AHARNESS_LEASE_SECONDS": str(lease_seconds),
+        }
+    )
+    return env

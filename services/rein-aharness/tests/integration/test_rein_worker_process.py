@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,20 +21,19 @@ from typing import Any
 
 import asyncpg
 import pytest
-import uvicorn
 
 from ac_testkit import SeededQueue
 from ops_devsupport.processes import processes_working_under
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
-    WORKER_ID,
-    WORKER_TOKEN,
     Repos,
     activity_core_app,
     command_profile,
     processes_of_run,
+    served_on_loopback,
     started_in_a_worktree,
+    worker_process_env,
     write_catalogue,
 )
 
@@ -79,43 +76,16 @@ class Served:
 @pytest.fixture
 async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
     proxy = HoldingProxy(activity_core_app(db_dsn))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(proxy, lifespan="on", log_level="critical", access_log=False)
-    )
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield Served(f"http://127.0.0.1:{port}", proxy, SeededQueue(db))
-    finally:
-        proxy.release.set()
-        server.should_exit = True
-        await task
-        sock.close()
+    async with served_on_loopback(proxy) as url:
+        try:
+            yield Served(url, proxy, SeededQueue(db))
+        finally:
+            # a held request let go first, or the server's shutdown waits for it
+            proxy.release.set()
 
 
 def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_", "GIT_"))
-    }
-    env.update(
-        {
-            "ACTIVITY_CORE_URL": url,
-            "ACTIVITY_CORE_WORKER_TOKEN": WORKER_TOKEN,
-            "ACTIVITY_CORE_WORKER_ID": WORKER_ID,
-            "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
-            "REIN_AHARNESS_PROFILES": str(catalogue),
-            "REIN_AHARNESS_REPOSITORIES_ROOT": str(repos.root),
-            "REIN_AHARNESS_WAIT_SECONDS": "0",
-            "REIN_AHARNESS_LEASE_SECONDS": "3",
-        }
-    )
-    return env
+    return worker_process_env(tmp_path, repos, catalogue, url, lease_seconds=3)
 
 
 def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,19 +28,18 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import uvicorn
 
 from ac_testkit import OPERATOR_TOKEN, SeededQueue
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
-    WORKER_ID,
-    WORKER_TOKEN,
     Repos,
     activity_core_app,
     command_profile,
     processes_of_run,
+    served_on_loopback,
     started_in_a_worktree,
+    worker_process_env,
     write_catalogue,
 )
 
@@ -114,43 +112,16 @@ class Served:
 @pytest.fixture
 async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
     stand_in = StandIn(activity_core_app(db_dsn))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(stand_in, lifespan="on", log_level="critical", access_log=False)
-    )
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield Served(f"http://127.0.0.1:{port}", stand_in, SeededQueue(db))
-    finally:
-        stand_in.release.set()
-        server.should_exit = True
-        await task
-        sock.close()
+    async with served_on_loopback(stand_in) as url:
+        try:
+            yield Served(url, stand_in, SeededQueue(db))
+        finally:
+            # a held request let go first, or the server's shutdown waits for it
+            stand_in.release.set()
 
 
 def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("ACTIVITY_CORE_", "REIN_AHARNESS_", "GIT_"))
-    }
-    env.update(
-        {
-            "ACTIVITY_CORE_URL": url,
-            "ACTIVITY_CORE_WORKER_TOKEN": WORKER_TOKEN,
-            "ACTIVITY_CORE_WORKER_ID": WORKER_ID,
-            "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
-            "REIN_AHARNESS_PROFILES": str(catalogue),
-            "REIN_AHARNESS_REPOSITORIES_ROOT": str(repos.root),
-            "REIN_AHARNESS_WAIT_SECONDS": "0",
-            "REIN_AHARNESS_LEASE_SECONDS": str(LEASE_SECONDS),
-        }
-    )
-    return env
+    return worker_process_env(tmp_path, repos, catalogue, url, lease_seconds=LEASE_SECONDS)
 
 
 def _kill_run(run_id: object) -> None:
