@@ -19,6 +19,17 @@ OPERATOR_TOKEN = "operator-token-0123456789abcdef"
 WORKER_TOKEN = "worker-token-0123456789abcdef"
 WORKER_ID = "rein-aharness@test01"
 
+# A fault on the audit write: every insert into ops_audit fails as on a database without
+# room (disk_full, a 53xxx the app answers 503 unavailable). Created and dropped by a test
+# in its own database.
+REFUSE_AUDIT = """
+CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'no room for the audit entry' USING ERRCODE = 'disk_full'; END $$;
+CREATE TRIGGER refuse_audit BEFORE INSERT ON ops_audit
+    FOR EACH ROW EXECUTE FUNCTION refuse_audit();
+"""
+ALLOW_AUDIT = "DROP TRIGGER refuse_audit ON ops_audit; DROP FUNCTION refuse_audit();"
+
 
 def settings_env(**overrides: Any) -> dict[str, Any]:
     env: dict[str, Any] = {

@@ -2,7 +2,9 @@
 
 - `POST /ops/automations/{automation_id}/pause` `{"reason"?}` and `/resume` (operator):
   200 with the automation as below, a repeat included (unchanged). Audited as
-  `automation.pause` / `automation.resume` (`repeated` for a repeat), refusals included.
+  `automation.pause` / `automation.resume` on `automation:<slug>` however addressed
+  (`repeated` for a repeat), refusals included; the entry commits with the change or not
+  at all (temporal/pause.py), so a 503 means nothing changed.
 - `GET /ops/automations/{automation_id}` (operator or viewer): the same view.
 
 Edge only: authenticate (each route's first dependency, before path and body), parse, call
@@ -29,7 +31,7 @@ from activity_core.temporal.pause import (
     AutomationState,
     ScheduleStatus,
 )
-from ops_contracts import AuditOutcome, ErrorBody
+from ops_contracts import ErrorBody
 
 __all__ = ["router"]
 
@@ -175,10 +177,7 @@ async def pause_automation(
     reason = body.reason if body is not None else None
     target = audit_target("automation", automation_id)
     async with audit.action(actor, "automation.pause", target) as act:
-        state = await pauses.pause(automation_id, operator=actor.name, reason=reason)
-        if not state.changed:
-            act.outcome = AuditOutcome.repeated
-        act.details = {"slug": state.slug, "schedule": state.schedule}
+        state = await pauses.pause(automation_id, operator=actor.name, reason=reason, audit=act)
     response.headers[REQUEST_ID_HEADER] = request_id_of(request)
     return _view(state)
 
@@ -204,9 +203,6 @@ async def resume_automation(
     change the file and sync."""
     target = audit_target("automation", automation_id)
     async with audit.action(actor, "automation.resume", target) as act:
-        state = await pauses.resume(automation_id, operator=actor.name)
-        if not state.changed:
-            act.outcome = AuditOutcome.repeated
-        act.details = {"slug": state.slug, "schedule": state.schedule}
+        state = await pauses.resume(automation_id, operator=actor.name, audit=act)
     response.headers[REQUEST_ID_HEADER] = request_id_of(request)
     return _view(state)

@@ -2,7 +2,8 @@
 
 The body is the request context the definition's templates see as `context.request.*`.
 Edge only: authenticate (the route's first dependency, before the body is looked at),
-parse, call the fire service.
+parse, call the fire service (temporal/fire.py: the audit entry written before the
+start).
 """
 
 from __future__ import annotations
@@ -117,11 +118,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "unsupported_media_type: a body whose media type na"
         "mes JSON but is not application/json (charset=utf-8 at most)",
     },
-    422: {"model": ErrorBody, "description": "invalid_request, with an errors list"},
+    422: {
+        "model": ErrorBody,
+        "description": "invalid_request, with an errors list",
+    },
     503: {
         "model": ErrorBody,
-        "description": "unavailable: Temporal or the database is down; schema_not_current: "
-        "the database is not migrated for this build",
+        "description": "unavailable: Temporal or the database is down; nothing started, "
+        "retry. schema_not_current: the database is not migrated for this build",
     },
 }
 
@@ -145,7 +149,8 @@ async def fire(
 ) -> dict[str, str]:
     """Start RunActivityWorkflow for this automation (its UUID or slug) with the body as
     the request context; answers the workflow and run id. Recorded in the audit trail
-    (`fire`), refusals included."""
+    (`fire` on `automation:<slug>`), refusals included; the entry is written before the
+    start, so a 503 means nothing started."""
     target = audit_target("automation", automation_id)
     async with audit.action(actor, "fire", target, refusals=_AUDITED_REFUSALS) as act:
         result = await fire_manual(
@@ -154,8 +159,8 @@ async def fire(
             automation=automation_id,
             request=(body or FireRequest()).context(),
             task_queue=settings.temporal_task_queue,
+            audit=act,
         )
-        act.details = {"run_id": result.run_id, "trigger_key": result.trigger_key}
     return {
         "workflow_id": result.workflow_id,
         "run_id": result.run_id,

@@ -24,7 +24,7 @@ from activity_core.http.ui_pages import answer_form, page, redirect
 from activity_core.operator.actions import RequeueResult
 from activity_core.operator.audit import AuditLog, audit_target
 from activity_core.temporal.pause import MAX_REASON_LENGTH, AutomationPauses
-from ops_contracts import REFUSAL_HTTP_STATUS, AuditOutcome, cancel_reason_error, text_error
+from ops_contracts import REFUSAL_HTTP_STATUS, cancel_reason_error, text_error
 
 __all__ = ["router"]
 
@@ -157,12 +157,11 @@ async def _pause_or_resume(
         actor = caller.actor(request)
         async with audit.action(actor, action, target) as act:
             if pause:
-                state = await pauses.pause(automation_id, operator=actor.name, reason=reason)
+                state = await pauses.pause(
+                    automation_id, operator=actor.name, reason=reason, audit=act
+                )
             else:
-                state = await pauses.resume(automation_id, operator=actor.name)
-            if not state.changed:
-                act.outcome = AuditOutcome.repeated
-            act.details = {"slug": state.slug, "schedule": state.schedule}
+                state = await pauses.resume(automation_id, operator=actor.name, audit=act)
         return redirect(f"/ops/ui/automations/{state.slug}")
 
     return await answer_form(request, action, target, do)

@@ -12,6 +12,8 @@ recorded on its own (audit.py). The decisions are pure (decisions.py).
   fail or heartbeat of the same run either went first (the cancel then finds a terminal
   row: state_conflict) or waits and finds the run failed and ownerless (terminal_conflict
   / state_conflict): exactly one of them changes the run.
+- Expire leases: the queue's own unit of work (queue/service.py), its audit entry written
+  in its transaction.
 """
 
 from __future__ import annotations
@@ -175,18 +177,16 @@ class RunActions:
     # -- expire leases -----------------------------------------------------------------------
 
     async def expire_leases(self, actor: Actor) -> tuple[int, int]:
-        """(reopened, expired), recorded in the audit trail."""
-        reopened, expired = await self._queue.expire_leases()
-        await self._audit.record(
-            actor,
-            AuditRecord(
-                "expire-leases",
-                "queue",
-                AuditOutcome.applied,
-                details={"reopened": reopened, "expired": expired},
-            ),
-        )
-        return reopened, expired
+        """(reopened, expired), recorded in the audit trail in the same transaction."""
+
+        async def recorded(
+            conn: PoolConnectionProxy[asyncpg.Record], reopened: int, expired: int
+        ) -> None:
+            details = {"reopened": reopened, "expired": expired}
+            entry = AuditRecord("expire-leases", "queue", AuditOutcome.applied, details=details)
+            await self._audit.record(actor, entry, conn=conn)
+
+        return await self._queue.expire_leases(recorded)
 
 
 def _successor_of(row: asyncpg.Record, run_id: uuid.UUID) -> asyncpg.Record:

@@ -10,13 +10,23 @@ after the action's transaction has rolled back.
 For an action of another context (pausing an automation, say) the whole protocol is one
 context manager:
 
-    async with audit.action(actor, "automation.pause", f"automation:{slug}") as act:
+    async with audit.action(actor, "automation.pause", f"automation:{ref}") as act:
         ...                                   # raise a refusal, or do it
-        act.details = {"schedule": "paused"}  # optional: what it did
+        act.resolved("automation", slug)      # the target as the trail names it
+        await act.write(conn, {"schedule": "paused"})  # in the action's transaction
 
-It records `applied` when the block ends, `refused` (with the code) when the block raises
-a QueueRefusal or an exception mapped in `refusals`, and re-raises; any other exception
-(the database away, a bug) records nothing.
+It records `refused` (with the code) when the block raises a QueueRefusal or an exception
+mapped in `refusals`, and re-raises; any other exception (the database away, a bug)
+records nothing. An action whose change is a database transaction writes its entry in it
+(`act.write(conn, ...)`), so the change and its record commit together; one whose change
+is a call to another system (a Temporal Schedule paused, a workflow started) writes it,
+as its intent, in the transaction that is open across the call, before the call: a failed
+write means the call was never made (503: nothing changed, retry). A block that wrote
+nothing gets its `applied` entry when it ends.
+
+`resolved`: an action addressed by another name of its target (an automation by its UUID)
+is recorded under the name the trail and its filters use (`automation:<slug>`), its
+refusals too once the target is known.
 """
 
 from __future__ import annotations
@@ -71,9 +81,32 @@ class AuditRecord:
 class AuditedAction:
     """What the block of `AuditLog.action` may say about the action it did."""
 
+    log: AuditLog
+    actor: Actor
+    action: str
+    target: str
     outcome: AuditOutcome = AuditOutcome.applied
     detail: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    written: bool = False
+
+    def resolved(self, kind: str, value: object) -> None:
+        """Record the action (and a refusal from here on) under `kind:value`."""
+        self.target = audit_target(kind, value)
+
+    async def write(
+        self, conn: Executor, details: Mapping[str, Any], *, repeated: bool = False
+    ) -> None:
+        """Write the entry now, on `conn` inside the action's transaction (see the module
+        docstring); the block's end then writes nothing more."""
+        self.details = dict(details)
+        if repeated:
+            self.outcome = AuditOutcome.repeated
+        entry = AuditRecord(
+            self.action, self.target, self.outcome, detail=self.detail, details=self.details
+        )
+        await self.log.record(self.actor, entry, conn=conn)
+        self.written = True
 
 
 def audit_target(kind: str, value: object) -> str:
@@ -150,20 +183,24 @@ class AuditLog:
         refusals: Mapping[type[Exception], RefusalCode] | None = None,
     ) -> AsyncIterator[AuditedAction]:
         """Audit the block as one action (see the module docstring)."""
-        done = AuditedAction()
+        done = AuditedAction(self, actor, action, target)
         try:
             yield done
         except QueueRefusal as refusal:
-            await self.refused(actor, action, target, refusal)
+            await self.refused(actor, action, done.target, refusal)
             raise
         except Exception as exc:
             code = _mapped(exc, refusals or {})
             if code is not None:
-                await self.refused(actor, action, target, QueueRefusal(code, str(exc)))
+                await self.refused(actor, action, done.target, QueueRefusal(code, str(exc)))
             raise
+        if done.written:
+            return
         await self.record(
             actor,
-            AuditRecord(action, target, done.outcome, detail=done.detail, details=done.details),
+            AuditRecord(
+                action, done.target, done.outcome, detail=done.detail, details=done.details
+            ),
         )
 
     async def page(

@@ -170,13 +170,24 @@ class QueueService:
 
     # -- operator ---------------------------------------------------------------------------
 
-    async def expire_leases(self) -> tuple[int, int]:
-        rows = await self._run(
-            Unit.TRANSACTION, lambda conn: conn.fetch(queries.EXPIRE_LEASES, self._max_attempts)
-        )
+    async def expire_leases(
+        self,
+        recorded: Callable[[PoolConnectionProxy[asyncpg.Record], int, int], Awaitable[None]]
+        | None = None,
+    ) -> tuple[int, int]:
+        """(reopened, expired). `recorded(conn, reopened, expired)` runs in the same
+        transaction, before COMMIT (the operator's audit entry: both commit or neither)."""
+
+        async def expire(conn: PoolConnectionProxy[asyncpg.Record]) -> list[asyncpg.Record]:
+            rows = await conn.fetch(queries.EXPIRE_LEASES, self._max_attempts)
+            if recorded is not None:
+                reopened, expired = _ended(rows)
+                await recorded(conn, reopened, expired)
+            return rows
+
+        rows = await self._run(Unit.TRANSACTION, expire)
         record_ended_leases(self._metrics, rows, trigger="expire-leases")
-        expired = sum(1 for r in rows if r["state"] == RunState.expired)
-        return len(rows) - expired, expired
+        return _ended(rows)
 
     async def get(self, run_id: uuid.UUID) -> dict[str, Any]:
         row = await self._run(Unit.READ, lambda conn: conn.fetchrow(queries.GET_RUN, run_id))
@@ -220,3 +231,9 @@ class QueueService:
         counts = {state.value: 0 for state in RunState}
         counts.update({r["state"]: int(r["n"]) for r in rows})
         return counts
+
+
+def _ended(rows: Sequence[asyncpg.Record]) -> tuple[int, int]:
+    """(reopened, expired) of the leases EXPIRE_LEASES ended."""
+    expired = sum(1 for r in rows if r["state"] == RunState.expired)
+    return len(rows) - expired, expired

@@ -1,7 +1,21 @@
 """Manual fire and retry: start `RunActivityWorkflow` for one automation.
 
 - `fire_manual`: an operator's request context and a unique trigger key (`manual:{uuid4}`),
-  so every manual fire is its own triggering event and its own ops_runs.
+  so every manual fire is its own triggering event and its own ops_runs. With the
+  operator's idempotency key the trigger key is derived from it instead
+  (`manual:key:{sha256(key), 32 hex}`, so any key fits the workflow id and the columns),
+  and so is the workflow id (`activity:{slug}:{trigger key}`, never reused:
+  REJECT_DUPLICATE): Temporal refuses a second start of that fire, running or closed, and
+  the repeat is answered with the first start's workflow and run id (audited `repeated`).
+  Past Temporal's retention a start could happen again, but under the same trigger key,
+  whose runs are found (`duplicate`), never emitted twice. A repeat is not compared with
+  the first request's context: the key names the fire.
+
+  The audit entry is written first, as the intent, in a transaction that stays open across
+  the start and commits after it: a failed write means nothing started (503, retry with
+  the same key); a failed start rolls the entry back. Once a workflow started, the answer
+  is its result: a COMMIT that fails after the start is logged (the entry is lost), never
+  answered 503 "retry".
 - `retry_fire`: one earlier fire again, with its trigger key, triggering event, scheduled
   time and request context, so it has the same idempotency keys: the ops runs it emitted
   are found (`duplicate`), the ones it did not are created, and the IssueSink writes it
@@ -13,15 +27,21 @@ Neither sets an execution timeout: a fire waits for a worker however long it tak
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from activity_core.db.unavailable import unavailable_on_loss
+from activity_core.db.unavailable import pooled, unavailable_on_loss
 from activity_core.temporal import queries
+from activity_core.temporal.audit_entry import ActionAudit, Unaudited
 from activity_core.temporal.client import TemporalClientProvider, is_unreachable
 from activity_core.temporal.errors import (
     AutomationNotFound,
@@ -38,6 +58,14 @@ from activity_core.temporal.payloads import (
 
 __all__ = ["FireResult", "fire_manual", "manual_trigger_key", "retry_fire"]
 
+log = logging.getLogger("activity_core.temporal.fire")
+
+# An idempotency key's part of its trigger key: 128 bits of its SHA-256, so a key of any
+# length and alphabet gives a workflow id within Temporal's bound and our columns.
+KEY_DIGEST_LENGTH = 32
+
+Executor = Union["PoolConnectionProxy[asyncpg.Record]", asyncpg.Pool]
+
 
 @dataclass(frozen=True)
 class FireResult:
@@ -46,16 +74,20 @@ class FireResult:
     trigger_key: str
 
 
-def manual_trigger_key() -> str:
-    return f"{MANUAL_TRIGGER_PREFIX}{uuid.uuid4()}"
+def manual_trigger_key(idempotency_key: str | None = None) -> str:
+    """A fresh trigger key, or the one an operator's idempotency key names."""
+    if idempotency_key is None:
+        return f"{MANUAL_TRIGGER_PREFIX}{uuid.uuid4()}"
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:KEY_DIGEST_LENGTH]
+    return f"{MANUAL_TRIGGER_PREFIX}key:{digest}"
 
 
-async def _definition(pool: asyncpg.Pool, automation: str) -> asyncpg.Record | None:
+async def _definition(executor: Executor, automation: str) -> asyncpg.Record | None:
     try:
         by_id = uuid.UUID(automation)
     except ValueError:
-        return await pool.fetchrow(queries.DEFINITION_BY_SLUG, automation)
-    return await pool.fetchrow(queries.DEFINITION_BY_ID, by_id)
+        return await executor.fetchrow(queries.DEFINITION_BY_SLUG, automation)
+    return await executor.fetchrow(queries.DEFINITION_BY_ID, by_id)
 
 
 async def fire_manual(
@@ -65,25 +97,71 @@ async def fire_manual(
     automation: str,
     request: dict[str, Any],
     task_queue: str,
+    idempotency_key: str | None = None,
+    audit: ActionAudit | None = None,
 ) -> FireResult:
-    """`automation` is the definition's UUID or its slug.
+    """`automation` is the definition's UUID or its slug; `audit` writes the fire's entry
+    (the module docstring says when).
 
     Raises AutomationNotFound, AutomationPaused, DatabaseUnavailable or TemporalUnavailable.
     """
-    with unavailable_on_loss():
-        row = await _definition(pool, automation)
-    if row is None:
-        raise AutomationNotFound(f"no automation {automation!r}")
-    slug: str = row["slug"]
-    if row["paused"]:
-        raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
-    trigger_key = manual_trigger_key()
-    return await _start(
-        temporal,
-        RunActivityInput(activity_slug=slug, trigger_key=trigger_key, request=request),
-        workflow_id=f"activity:{slug}:{trigger_key}",
-        task_queue=task_queue,
-    )
+    audit = audit or Unaudited()
+    started: FireResult | None = None
+    try:
+        async with pooled(pool) as conn, conn.transaction():
+            row = await _definition(conn, automation)
+            if row is None:
+                raise AutomationNotFound(f"no automation {automation!r}")
+            slug: str = row["slug"]
+            audit.resolved("automation", slug)
+            if row["paused"]:
+                raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
+            trigger_key = manual_trigger_key(idempotency_key)
+            workflow_id = f"activity:{slug}:{trigger_key}"
+            details: dict[str, Any] = {"workflow_id": workflow_id, "trigger_key": trigger_key}
+            if idempotency_key is not None:
+                details["idempotency_key"] = idempotency_key
+            intent = conn.transaction()  # a savepoint: a repeat's entry replaces it
+            await intent.start()
+            await audit.write(conn, details)
+            params = RunActivityInput(activity_slug=slug, trigger_key=trigger_key, request=request)
+            try:
+                started = await _start(
+                    temporal, params, workflow_id=workflow_id, task_queue=task_queue
+                )
+            except WorkflowAlreadyStartedError as exc:
+                await intent.rollback()
+                repeat = await _earlier(temporal, exc, trigger_key)
+                await audit.write(conn, {**details, "run_id": repeat.run_id}, repeated=True)
+                return repeat
+    except Exception as exc:
+        if started is None:
+            raise
+        # The workflow runs: "retry" would be false, and a keyless retry a second fire.
+        log.error(
+            "manual fire %s started, but its audit entry did not commit: %s",
+            started.workflow_id,
+            type(exc).__name__,
+            extra={"workflow_id": started.workflow_id, "trigger_key": started.trigger_key},
+        )
+    assert started is not None
+    return started
+
+
+async def _earlier(
+    temporal: TemporalClientProvider, refused: WorkflowAlreadyStartedError, trigger_key: str
+) -> FireResult:
+    """The fire Temporal refused to start again, as its first start answered it."""
+    run_id = refused.run_id
+    if not run_id:
+        client = await temporal.get()
+        try:
+            run_id = (await client.get_workflow_handle(refused.workflow_id).describe()).run_id
+        except RPCError as exc:
+            raise TemporalUnavailable(
+                f"Temporal at {temporal.address} refused a describe: {exc.status.name}"
+            ) from exc
+    return FireResult(workflow_id=refused.workflow_id, run_id=run_id, trigger_key=trigger_key)
 
 
 async def retry_fire(
@@ -150,7 +228,11 @@ async def _start(
             id=workflow_id,
             task_queue=task_queue,
             result_type=RunActivityResult,
+            # a fire's id names that fire only: never started again once it closed
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
+    except WorkflowAlreadyStartedError:
+        raise
     except RPCError as exc:
         # unreachable, or refusing our namespace: either way not the request's fault
         raise TemporalUnavailable(

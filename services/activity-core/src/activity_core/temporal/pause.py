@@ -2,14 +2,19 @@
 
 The database keeps who paused it, when and why (`paused_by`, `paused_at`, `pause_reason`,
 migration 0007) and the one `paused` flag every reader consults; the Temporal Schedule is
-paused with a note naming the operator. Both change in one unit of work (pause_queries.py):
-the Temporal call is made while the row is locked, inside the transaction, so a Temporal
-failure leaves the row as it was (503, retry).
+paused with a note naming the operator. Both change in one unit of work (pause_queries.py),
+with the action's audit entry: the row is locked and changed, the entry written (as the
+intent, before the Temporal call), then the Temporal call is made inside the transaction.
+A failed audit write means no Temporal call, a Temporal failure rolls the row and the
+entry back: a 503 means nothing changed, retry. A COMMIT that fails after the call puts
+the Schedule back as it was (`_change`).
 
 Refusals, in this order: no such automation (not_found); an automation without a schedule,
-fired manually only (state_conflict: there is nothing to pause); for a resume, one that its
-definition file pauses or that was removed from the files (state_conflict: the file is the
-authority there; change it and sync). A repeat is no change: the same pause again keeps
+fired manually only (state_conflict: there is nothing to pause), except for a resume of an
+operator's pause (its definition lost its schedule since: the row alone is resumed, and it
+fires manually again); for a resume, one that its definition file pauses or that was
+removed from the files (state_conflict: the file is the authority there; change it and
+sync). A repeat is no change: the same pause again keeps
 the first pause's operator, time and reason, a resume of an active automation answers it as
 it is (`changed` False, audited `repeated`); either still brings a Temporal Schedule that
 disagrees with the database back in line.
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -41,6 +46,7 @@ from activity_core.db.unavailable import is_unavailable
 from activity_core.definitions.queries import SYNC_LOCK_NAMESPACE
 from activity_core.queue.errors import DatabaseUnavailable, QueueRefusal
 from activity_core.temporal import pause_queries as queries
+from activity_core.temporal.audit_entry import ActionAudit, Unaudited
 from activity_core.temporal.client import TemporalClientProvider, is_unreachable
 from activity_core.temporal.errors import TemporalUnavailable
 from activity_core.temporal.schedules import schedule_id
@@ -116,56 +122,129 @@ class AutomationPauses:
         self._temporal = temporal
 
     async def pause(
-        self, automation: str, *, operator: str, reason: str | None = None
+        self,
+        automation: str,
+        *,
+        operator: str,
+        reason: str | None = None,
+        audit: ActionAudit | None = None,
     ) -> AutomationState:
         """Raises QueueRefusal (not_found, state_conflict), DatabaseUnavailable or
         TemporalUnavailable."""
         reason = sanitize_error(reason)[:MAX_REASON_LENGTH] if reason is not None else None
+
+        async def edit(
+            conn: PoolConnectionProxy[asyncpg.Record], row: asyncpg.Record
+        ) -> tuple[asyncpg.Record, bool]:
+            if row["paused_by"] is not None:
+                return row, False
+            return await _one(conn.fetchrow(queries.PAUSE, row["id"], operator, reason)), True
+
+        state = await self._change(
+            automation,
+            audit or Unaudited(),
+            paused=True,
+            edit=edit,
+            note=lambda row: pause_note(row["paused_by"], row["pause_reason"]),
+        )
+        if state.changed:
+            log.info("automation %s paused by operator %s", state.slug, operator)
+        return state
+
+    async def resume(
+        self, automation: str, *, operator: str, audit: ActionAudit | None = None
+    ) -> AutomationState:
+        """Raises QueueRefusal (not_found, state_conflict), DatabaseUnavailable or
+        TemporalUnavailable. An operator's pause of an automation whose definition has
+        no schedule any more (synced without one while paused) is lifted in the database
+        alone: there is no Schedule to unpause, and it fires manually again."""
+
+        async def edit(
+            conn: PoolConnectionProxy[asyncpg.Record], row: asyncpg.Record
+        ) -> tuple[asyncpg.Record, bool]:
+            if row["file_paused"] or row["removed"]:
+                why = (
+                    "was removed from the definition files"
+                    if row["removed"]
+                    else ("is paused by its definition file (paused: true)")
+                )
+                raise QueueRefusal(
+                    RefusalCode.state_conflict,
+                    f"automation {row['slug']!r} {why}; change the file and run sync-definitions",
+                )
+            if row["paused_by"] is None:
+                return row, False
+            return await _one(conn.fetchrow(queries.RESUME, row["id"])), True
+
+        state = await self._change(
+            automation,
+            audit or Unaudited(),
+            paused=False,
+            edit=edit,
+            note=lambda _row: f"activity-core: resumed by operator {operator}"[:MAX_NOTE_LENGTH],
+        )
+        if state.changed:
+            log.info("automation %s resumed by operator %s", state.slug, operator)
+        return state
+
+    async def _change(
+        self,
+        automation: str,
+        audit: ActionAudit,
+        *,
+        paused: bool,
+        edit: Callable[
+            [PoolConnectionProxy[asyncpg.Record], asyncpg.Record],
+            Awaitable[tuple[asyncpg.Record, bool]],
+        ],
+        note: Callable[[asyncpg.Record], str],
+    ) -> AutomationState:
+        """One pause or resume (the module docstring): lock, change the row, write the
+        audit entry, change the Schedule, commit. The entry is written before the
+        Temporal call, so a failed write leaves the Schedule untouched; a failed Temporal
+        call rolls the row and the entry back; a COMMIT that fails after the Schedule
+        changed puts the Schedule back as it was (best effort: a later pause, resume or
+        sync brings it in line with the row otherwise)."""
+        undo: tuple[str, ScheduleDescription] | None = None
         try:
             async with self._pool.acquire() as conn, conn.transaction():
-                row = await self._locked(conn, automation)
-                changed = row["paused_by"] is None
-                if changed:
-                    row = await _one(conn.fetchrow(queries.PAUSE, row["id"], operator, reason))
-                note = pause_note(row["paused_by"], row["pause_reason"])
-                described = await self._converge(row["slug"], paused=True, note=note, force=changed)
+                row = await self._locked(conn, automation, audit, resume=not paused)
+                row, changed = await edit(conn, row)
+                slug: str = row["slug"]
+                if row["schedule_cron"] is None:  # only an operator's pause lifted (resume)
+                    await audit.write(conn, {"slug": slug, "schedule": None}, repeated=not changed)
+                    return _state(row, None, changed=changed)
+                before = await self._describe(slug)
+                intended: ScheduleStatus = (
+                    "absent" if before is None else ("paused" if paused else "active")
+                )
+                await audit.write(conn, {"slug": slug, "schedule": intended}, repeated=not changed)
+                described = await self._converge(
+                    slug, before, paused=paused, note=note(row), force=paused and changed
+                )
+                if before is not None and described is not before:
+                    undo = (slug, before)
         except Exception as exc:
+            if undo is not None:
+                await self._undo(*undo)
             if not _database_unavailable(exc):
                 raise
             raise DatabaseUnavailable(type(exc).__name__) from exc
-        if changed:
-            log.info("automation %s paused by operator %s", row["slug"], operator)
         return _state(row, described, changed=changed)
 
-    async def resume(self, automation: str, *, operator: str) -> AutomationState:
-        """Raises QueueRefusal (not_found, state_conflict), DatabaseUnavailable or
-        TemporalUnavailable."""
+    async def _undo(self, slug: str, before: ScheduleDescription) -> None:
+        """Put a Schedule back as `before` described it, after the row's change failed to
+        commit; never raises (the failure being answered is the commit's)."""
+        state = before.schedule.state
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                row = await self._locked(conn, automation)
-                if row["file_paused"] or row["removed"]:
-                    why = (
-                        "was removed from the definition files"
-                        if row["removed"]
-                        else ("is paused by its definition file (paused: true)")
-                    )
-                    raise QueueRefusal(
-                        RefusalCode.state_conflict,
-                        f"automation {row['slug']!r} {why}; change the file and run "
-                        "sync-definitions",
-                    )
-                changed = row["paused_by"] is not None
-                if changed:
-                    row = await _one(conn.fetchrow(queries.RESUME, row["id"]))
-                note = f"activity-core: resumed by operator {operator}"[:MAX_NOTE_LENGTH]
-                described = await self._converge(row["slug"], paused=False, note=note, force=False)
+            await self._converge(slug, None, paused=state.paused, note=state.note or "", force=True)
         except Exception as exc:
-            if not _database_unavailable(exc):
-                raise
-            raise DatabaseUnavailable(type(exc).__name__) from exc
-        if changed:
-            log.info("automation %s resumed by operator %s", row["slug"], operator)
-        return _state(row, described, changed=changed)
+            log.warning(
+                "schedule %s could not be put back after a failed commit: %s; a later "
+                "pause, resume or sync-definitions brings it in line",
+                slug,
+                type(exc).__name__,
+            )
 
     async def state(self, automation: str) -> AutomationState:
         """The automation's pause and its schedule's next fire times; a Temporal that cannot
@@ -190,14 +269,22 @@ class AutomationPauses:
         return _state(row, described)
 
     async def _locked(
-        self, conn: PoolConnectionProxy[asyncpg.Record], automation: str
+        self,
+        conn: PoolConnectionProxy[asyncpg.Record],
+        automation: str,
+        audit: ActionAudit,
+        *,
+        resume: bool,
     ) -> asyncpg.Record:
         await conn.execute(queries.LOCK_TIMEOUT)
         await conn.execute(queries.SCHEDULES_LOCK, SYNC_LOCK_NAMESPACE)
         row = await conn.fetchrow(queries.AUTOMATION_FOR_CHANGE, _as_uuid(automation), automation)
         if row is None:
             raise QueueRefusal(RefusalCode.not_found, f"no automation {automation!r}")
-        if row["schedule_cron"] is None:
+        audit.resolved("automation", row["slug"])
+        # A resume still lifts an operator's pause of a definition that lost its schedule
+        # since: nothing else could (a fire refuses it while paused, a sync keeps it).
+        if row["schedule_cron"] is None and not (resume and row["paused_by"] is not None):
             raise QueueRefusal(
                 RefusalCode.state_conflict,
                 f"automation {row['slug']!r} has no schedule (it is fired manually only); "
@@ -205,16 +292,28 @@ class AutomationPauses:
             )
         return row
 
+    async def _describe(self, slug: str) -> ScheduleDescription | None:
+        client = await self._temporal.get()
+        return await _describe(client, slug, self._temporal.address)
+
     async def _converge(
-        self, slug: str, *, paused: bool, note: str, force: bool
+        self,
+        slug: str,
+        described: ScheduleDescription | None,
+        *,
+        paused: bool,
+        note: str,
+        force: bool,
     ) -> ScheduleDescription | None:
-        """Bring the Schedule to `paused` (`force`: pause it again, so its note names
-        this operator, when the file had paused it already); its description afterwards,
-        or None when Temporal has no schedule for it (the next sync creates it as the row
-        says)."""
+        """Bring the Schedule `described` (asked again when None) to `paused` (`force`:
+        pause it again, so its note names this operator, when the file had paused it
+        already); its description afterwards, `described` itself when nothing needed a
+        change, or None when Temporal has no schedule for it (the next sync creates it as
+        the row says)."""
         client = await self._temporal.get()
         address = self._temporal.address
-        described = await _describe(client, slug, address)
+        if described is None:
+            described = await _describe(client, slug, address)
         if described is None or (described.schedule.state.paused == paused and not force):
             return described
         handle = client.get_schedule_handle(schedule_id(slug))

@@ -135,7 +135,8 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     target = f"automation:{spec.id}"
     assert await audit(temporal) == [
         ("automation.pause", target, "applied", None),
-        ("automation.pause", f"automation:{definition_uuid(spec.id)}", "repeated", None),
+        # addressed by its UUID, audited under its slug (the page's and the filter's)
+        ("automation.pause", target, "repeated", None),
         ("automation.resume", target, "applied", None),
         ("automation.resume", target, "repeated", None),
     ]

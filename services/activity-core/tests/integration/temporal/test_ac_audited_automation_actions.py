@@ -1,0 +1,188 @@
+"""An automation's pause, resume and fire commit with their audit entry or not at all
+(issue 30, finding 3): a fault injected on the audit write (a real trigger on ops_audit,
+raising disk_full, a database without room) answers 503, and nothing changed: the row,
+the Temporal Schedule, the workflows. And (finding 9) an action addressed by the
+automation's UUID is audited under its slug, so `?target=automation:<slug>` and the
+automation's page show it; (finding 8) a resume lifts an operator's pause of a definition
+that lost its schedule since, after which it fires."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from ac_temporal_kit import TemporalHarness, definition
+from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, AppClient
+from activity_core.definitions.model import definition_uuid
+from activity_core.temporal.payloads import RunActivityResult
+
+
+async def actions_app(temporal: TemporalHarness, app_factory: Any) -> AppClient:
+    api: AppClient = await app_factory(
+        TEMPORAL_ADDRESS=temporal.settings.temporal_address,
+        TEMPORAL_TASK_QUEUE=temporal.task_queue,
+    )
+    return api
+
+
+async def pause_state(temporal: TemporalHarness, slug: str) -> tuple[Any, ...]:
+    row = await temporal.pool.fetchrow(
+        "SELECT paused, paused_by, pause_reason FROM activity_definitions WHERE slug = $1", slug
+    )
+    assert row is not None
+    schedule = (await temporal.applier.handle(slug).describe()).schedule.state
+    return (row["paused"], row["paused_by"], row["pause_reason"], schedule.paused, schedule.note)
+
+
+async def audited(pool: asyncpg.Pool) -> list[tuple[str, str, str]]:
+    rows = await pool.fetch("SELECT action, target, outcome FROM ops_audit ORDER BY id")
+    return [(r["action"], r["target"], r["outcome"]) for r in rows]
+
+
+async def workflows(temporal: TemporalHarness) -> list[str]:
+    """Every workflow of this test's task queue, running or closed."""
+    query = f'TaskQueue = "{temporal.task_queue}"'
+    return [wf.id async for wf in temporal.client.list_workflows(query)]
+
+
+def assert_unavailable(response: Any) -> None:
+    assert response.status_code == 503, response.text
+    assert response.json()["code"] == "unavailable"
+
+
+async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
+    await temporal.sync(spec)
+    api = await actions_app(temporal, app_factory)
+    operator = api.operator_headers()
+    path = f"/ops/automations/{spec.id}"
+    active = await pause_state(temporal, spec.id)
+    assert active[0] is False and active[3] is False
+
+    await temporal.pool.execute(REFUSE_AUDIT)
+    refused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
+    assert_unavailable(refused)
+    assert await pause_state(temporal, spec.id) == active
+    await temporal.pool.execute(ALLOW_AUDIT)
+
+    paused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
+    assert paused.status_code == 200, paused.text
+    held = await pause_state(temporal, spec.id)
+    assert held[:4] == (True, "operator", "outage", True)
+
+    await temporal.pool.execute(REFUSE_AUDIT)
+    assert_unavailable(await api.http.post(f"{path}/resume", headers=operator))
+    assert await pause_state(temporal, spec.id) == held
+    await temporal.pool.execute(ALLOW_AUDIT)
+
+    # only the one pause that changed something is in the trail
+    assert await audited(temporal.pool) == [
+        ("automation.pause", f"automation:{spec.id}", "applied")
+    ]
+
+
+async def test_a_fire_whose_audit_write_fails_starts_nothing(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron=None)
+    await temporal.sync(spec)
+    api = await actions_app(temporal, app_factory)
+    path = f"/ops/automations/{spec.id}/fire"
+
+    await temporal.pool.execute(REFUSE_AUDIT)
+    assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
+    await temporal.pool.execute(ALLOW_AUDIT)
+
+    # the operator retries (no key): one fire, the retry's; the failed one started nothing
+    fired = await api.http.post(path, json={}, headers=api.operator_headers())
+    assert fired.status_code == 202, fired.text
+    body = fired.json()
+    handle = temporal.client.get_workflow_handle(
+        body["workflow_id"], run_id=body["run_id"], result_type=RunActivityResult
+    )
+    assert (await temporal.result(handle)).emitted_count == 1
+    assert await workflows(temporal) == [body["workflow_id"]]
+    assert len(await temporal.ops_runs()) == 1
+    assert await audited(temporal.pool) == [("fire", f"automation:{spec.id}", "applied")]
+
+
+async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
+    manual = definition(f"{temporal.slug}-manual", cron=None)
+    await temporal.sync(spec, manual)
+    api = await actions_app(temporal, app_factory)
+    operator = api.operator_headers()
+    by_uuid = f"/ops/automations/{definition_uuid(spec.id)}"
+
+    assert (await api.http.post(f"{by_uuid}/pause", headers=operator)).status_code == 200
+    assert (await api.http.post(f"{by_uuid}/resume", headers=operator)).status_code == 200
+    fired = await api.http.post(f"{by_uuid}/fire", json={}, headers=operator)
+    assert fired.status_code == 202, fired.text
+    # a refusal once the automation is known: under its slug too
+    manual_uuid = f"/ops/automations/{definition_uuid(manual.id)}"
+    conflict = await api.http.post(f"{manual_uuid}/pause", headers=operator)
+    assert conflict.status_code == 409
+
+    trail = await api.http.get(
+        "/ops/audit", params={"target": f"automation:{spec.id}"}, headers=operator
+    )
+    assert trail.status_code == 200, trail.text
+    assert [(e["action"], e["outcome"]) for e in reversed(trail.json()["entries"])] == [
+        ("automation.pause", "applied"),
+        ("automation.resume", "applied"),
+        ("fire", "applied"),
+    ]
+    manual_trail = await api.http.get(
+        "/ops/audit", params={"target": f"automation:{manual.id}"}, headers=operator
+    )
+    assert [(e["action"], e["code"]) for e in manual_trail.json()["entries"]] == [
+        ("automation.pause", "state_conflict")
+    ]
+    # nothing under the UUID
+    assert all(
+        not target.endswith(str(definition_uuid(spec.id)))
+        for _, target, _ in (await audited(temporal.pool))
+    )
+
+
+async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
+    await temporal.sync(spec)
+    api = await actions_app(temporal, app_factory)
+    operator = api.operator_headers()
+    path = f"/ops/automations/{spec.id}"
+    assert (await api.http.post(f"{path}/pause", headers=operator)).status_code == 200
+
+    await temporal.sync(definition(temporal.slug, cron=None))  # the schedule dropped
+    assert (await api.http.post(f"{path}/fire", json={}, headers=operator)).status_code == 409
+
+    resumed = await api.http.post(f"{path}/resume", headers=operator)
+    assert resumed.status_code == 200, resumed.text
+    view = resumed.json()
+    assert (view["paused"], view["paused_by"], view["cron"], view["schedule"]) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    again = await api.http.post(f"{path}/resume", headers=operator)
+    assert again.status_code == 409  # no pause left to lift: manual only, as before
+    assert again.json()["code"] == "state_conflict"
+
+    fired = await api.http.post(f"{path}/fire", json={}, headers=operator)
+    assert fired.status_code == 202, fired.text
+    body = fired.json()
+    await temporal.result(temporal.client.get_workflow_handle(body["workflow_id"]))
+    assert len(await temporal.ops_runs()) == 1
+    assert [(a, o) for a, _, o in await audited(temporal.pool) if a != "fire"] == [
+        ("automation.pause", "applied"),
+        ("automation.resume", "applied"),
+        ("automation.resume", "refused"),
+    ]
