@@ -5,6 +5,7 @@
     activity-core automations pause AUTOMATION [--reason TEXT]
     activity-core automations resume AUTOMATION
     activity-core automations fire AUTOMATION [--correlation-id ID] [--param KEY=VALUE]...
+                                   [--idempotency-key KEY]
 
 AUTOMATION is a slug or a UUID. Each prints a table (or lines) by default and the API's
 JSON with `--json`. The API, the credential and the exit codes are those of
@@ -141,7 +142,10 @@ def cmd_fire(api: Api, args: argparse.Namespace, io: Io) -> int:
         body["correlation_id"] = args.correlation_id
     if args.param:
         body["params"] = dict(args.param)
-    started = api.call("POST", _path(args.automation, "/fire"), ok=(202,), body=body).body
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    started = api.call(
+        "POST", _path(args.automation, "/fire"), ok=(202,), body=body, headers=headers
+    ).body
     if args.json:
         print_json(io.out, started)
     else:
@@ -189,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     fire = command("fire", "fire it now, with a request context")
     fire.add_argument("--correlation-id")
     fire.add_argument("--param", action="append", type=_param, metavar="KEY=VALUE")
+    fire.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="Idempotency-Key: the same key again fires nothing and prints the first fire "
+        "(retry a command whose answer was lost with the same key); 1-128 of letters, "
+        "digits and . _ : @ + = -",
+    )
     return parser
 
 

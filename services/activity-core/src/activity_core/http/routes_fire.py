@@ -2,15 +2,15 @@
 
 The body is the request context the definition's templates see as `context.request.*`.
 Edge only: authenticate (the route's first dependency, before the body is looked at),
-parse, call the fire service (temporal/fire.py: the audit entry written before the
-start).
+parse, call the fire service (temporal/fire.py: the optional Idempotency-Key and the
+audit entry written before the start).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activity_core.db.pool import Pool
@@ -20,7 +20,7 @@ from activity_core.operator.audit import audit_target
 from activity_core.temporal.client import TemporalClientProvider
 from activity_core.temporal.errors import AutomationNotFound, AutomationPaused
 from activity_core.temporal.fire import fire_manual
-from ops_contracts import ErrorBody, RefusalCode, canonical_json
+from ops_contracts import IDEMPOTENCY_KEY_PATTERN, ErrorBody, RefusalCode, canonical_json
 
 __all__ = ["router"]
 
@@ -101,6 +101,18 @@ _AUDITED_REFUSALS = {
     AutomationPaused: RefusalCode.state_conflict,
 }
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description=(
+            "Identifies this fire: the same key again (for this automation) starts nothing "
+            "and answers the first fire's workflow, run and trigger key. Absent: every "
+            "request is a new fire. 1-128 of letters, digits and . _ : @ + = -"
+        ),
+    ),
+]
 PoolDep = Annotated[Pool, Depends(_pool)]
 Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
 
@@ -120,12 +132,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     },
     422: {
         "model": ErrorBody,
-        "description": "invalid_request, with an errors list",
+        "description": "invalid_request, with an errors list (a bad body or Idempotency-Key)",
     },
     503: {
         "model": ErrorBody,
         "description": "unavailable: Temporal or the database is down; nothing started, "
-        "retry. schema_not_current: the database is not migrated for this build",
+        "retry (with the same Idempotency-Key, it fires once whatever happened). "
+        "schema_not_current: the database is not migrated for this build",
     },
 }
 
@@ -146,11 +159,14 @@ async def fire(
     actor: Acting,
     audit: Audit,
     body: Annotated[FireRequest | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, str]:
     """Start RunActivityWorkflow for this automation (its UUID or slug) with the body as
-    the request context; answers the workflow and run id. Recorded in the audit trail
-    (`fire` on `automation:<slug>`), refusals included; the entry is written before the
-    start, so a 503 means nothing started."""
+    the request context; answers the workflow and run id. With an `Idempotency-Key` the
+    same key again starts nothing and answers the first fire's ids (202 as well), so a
+    retry after a lost answer or a 503 fires once. Recorded in the audit trail (`fire` on
+    `automation:<slug>`, `repeated` for a repeat), refusals included; the entry is written
+    before the start, so a 503 means nothing started."""
     target = audit_target("automation", automation_id)
     async with audit.action(actor, "fire", target, refusals=_AUDITED_REFUSALS) as act:
         result = await fire_manual(
@@ -159,6 +175,7 @@ async def fire(
             automation=automation_id,
             request=(body or FireRequest()).context(),
             task_queue=settings.temporal_task_queue,
+            idempotency_key=idempotency_key,
             audit=act,
         )
     return {

@@ -37,7 +37,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activity_core.db.unavailable import pooled, unavailable_on_loss
 from activity_core.temporal import queries
@@ -114,13 +114,22 @@ async def fire_manual(
                 raise AutomationNotFound(f"no automation {automation!r}")
             slug: str = row["slug"]
             audit.resolved("automation", slug)
-            if row["paused"]:
-                raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
             trigger_key = manual_trigger_key(idempotency_key)
             workflow_id = f"activity:{slug}:{trigger_key}"
             details: dict[str, Any] = {"workflow_id": workflow_id, "trigger_key": trigger_key}
             if idempotency_key is not None:
                 details["idempotency_key"] = idempotency_key
+            if row["paused"]:
+                # a repeat of a fire made before the pause is answered as the first time
+                earlier = (
+                    await _started(temporal, workflow_id, trigger_key)
+                    if idempotency_key is not None
+                    else None
+                )
+                if earlier is None:
+                    raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
+                await audit.write(conn, {**details, "run_id": earlier.run_id}, repeated=True)
+                return earlier
             intent = conn.transaction()  # a savepoint: a repeat's entry replaces it
             await intent.start()
             await audit.write(conn, details)
@@ -152,16 +161,34 @@ async def _earlier(
     temporal: TemporalClientProvider, refused: WorkflowAlreadyStartedError, trigger_key: str
 ) -> FireResult:
     """The fire Temporal refused to start again, as its first start answered it."""
-    run_id = refused.run_id
-    if not run_id:
-        client = await temporal.get()
-        try:
-            run_id = (await client.get_workflow_handle(refused.workflow_id).describe()).run_id
-        except RPCError as exc:
-            raise TemporalUnavailable(
-                f"Temporal at {temporal.address} refused a describe: {exc.status.name}"
-            ) from exc
-    return FireResult(workflow_id=refused.workflow_id, run_id=run_id, trigger_key=trigger_key)
+    if refused.run_id:
+        return FireResult(refused.workflow_id, refused.run_id, trigger_key)
+    earlier = await _started(temporal, refused.workflow_id, trigger_key)
+    if earlier is None:  # refused as started, then gone: only past its retention
+        raise TemporalUnavailable(f"Temporal lost workflow {refused.workflow_id}; retry")
+    return earlier
+
+
+async def _started(
+    temporal: TemporalClientProvider, workflow_id: str, trigger_key: str
+) -> FireResult | None:
+    """The fire `workflow_id` as its start answered it (its first run), None when Temporal
+    has no such workflow."""
+    client = await temporal.get()
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise TemporalUnavailable(
+            f"Temporal at {temporal.address} refused a describe: {exc.status.name}"
+        ) from exc
+    except RuntimeError as exc:
+        if is_unreachable(exc):
+            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
+        raise
+    run_id = described.raw_description.workflow_execution_info.first_run_id or described.run_id
+    return FireResult(workflow_id, run_id, trigger_key)
 
 
 async def retry_fire(

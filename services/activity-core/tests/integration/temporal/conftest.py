@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from temporalio.client import Client
 
+from ac_serve import serve_env, serve_process
 from ac_temporal_kit import TemporalHarness, start_worker_harness
+from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN
 from activity_core.temporal.client import connect
 from activity_core.temporal.dev_server import DevServer, ephemeral_dev_server
 
@@ -57,3 +59,18 @@ async def strict_temporal(
             yield harness
     finally:
         await harness.pool.close()
+
+
+@pytest.fixture
+async def served(temporal: TemporalHarness, db_dsn: str) -> AsyncIterator[str]:
+    """A real `activity-core serve` process on the test's database and task queue; its URL."""
+    env = serve_env(
+        db_dsn,
+        ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
+        ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
+        ACTIVITY_CORE_WORKER_ID="w-cli",
+        TEMPORAL_ADDRESS=temporal.settings.temporal_address or "",
+        TEMPORAL_TASK_QUEUE=temporal.task_queue,
+    )
+    async with serve_process(env) as (_, url):
+        yield url

@@ -5,29 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 
-import pytest
-
-from ac_serve import Done, serve_env, serve_process
+from ac_serve import Done
 from ac_temporal_kit import TemporalHarness, definition
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN
 from activity_core.cli_automations import main
 from activity_core.temporal.dev_server import free_port
-
-
-@pytest.fixture
-async def served(temporal: TemporalHarness, db_dsn: str) -> AsyncIterator[str]:
-    env = serve_env(
-        db_dsn,
-        ACTIVITY_CORE_OPERATOR_TOKEN=OPERATOR_TOKEN,
-        ACTIVITY_CORE_WORKER_TOKEN=WORKER_TOKEN,
-        ACTIVITY_CORE_WORKER_ID="w-cli",
-        TEMPORAL_ADDRESS=temporal.settings.temporal_address or "",
-        TEMPORAL_TASK_QUEUE=temporal.task_queue,
-    )
-    async with serve_process(env) as (_, url):
-        yield url
 
 
 async def automations(url: str | None, *argv: str, token: str | None = OPERATOR_TOKEN) -> Done:
