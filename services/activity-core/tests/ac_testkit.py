@@ -28,6 +28,13 @@ BEGIN RAISE EXCEPTION 'no room for the audit entry' USING ERRCODE = 'disk_full';
 CREATE TRIGGER refuse_audit BEFORE INSERT ON ops_audit
     FOR EACH ROW EXECUTE FUNCTION refuse_audit();
 """
+# The same fault at COMMIT: the insert is taken, the transaction then fails to commit.
+REFUSE_AUDIT_AT_COMMIT = """
+CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'no room for the audit entry' USING ERRCODE = 'disk_full'; END $$;
+CREATE CONSTRAINT TRIGGER refuse_audit AFTER INSERT ON ops_audit
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_audit();
+"""
 ALLOW_AUDIT = "DROP TRIGGER refuse_audit ON ops_audit; DROP FUNCTION refuse_audit();"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, AppClient
+from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT, AppClient
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.payloads import RunActivityResult
 
@@ -82,6 +82,25 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
     assert await audited(temporal.pool) == [
         ("automation.pause", f"automation:{spec.id}", "applied")
     ]
+
+
+async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_schedule_back(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
+    await temporal.sync(spec)
+    api = await actions_app(temporal, app_factory)
+    operator = api.operator_headers()
+    active = await pause_state(temporal, spec.id)
+
+    # the entry is written, the Schedule paused, then COMMIT fails
+    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
+    refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
+    assert_unavailable(refused)
+    await temporal.pool.execute(ALLOW_AUDIT)
+    after = await pause_state(temporal, spec.id)
+    assert after[:4] == active[:4] == (False, None, None, False)
+    assert await audited(temporal.pool) == []
 
 
 async def test_a_fire_whose_audit_write_fails_starts_nothing(

@@ -12,7 +12,13 @@ from typing import Any
 
 from ac_serve import Done
 from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import ALLOW_AUDIT, OPERATOR_TOKEN, REFUSE_AUDIT, AppClient
+from ac_testkit import (
+    ALLOW_AUDIT,
+    OPERATOR_TOKEN,
+    REFUSE_AUDIT,
+    REFUSE_AUDIT_AT_COMMIT,
+    AppClient,
+)
 from activity_core.cli_automations import main
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.payloads import RunActivityResult
@@ -116,6 +122,25 @@ async def test_a_retry_after_a_failed_audit_write_fires_once(
     assert await workflows(temporal) == [retried.json()["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
     assert await fire_audit(temporal) == [("applied", "retry-after-503")]
+
+
+async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    """Never 503 "retry" once the workflow started: a keyless retry would fire again."""
+    spec = definition(temporal.slug, cron=None)
+    await temporal.sync(spec)
+    api = await fire_app(temporal, app_factory)
+    path = f"/ops/automations/{spec.id}/fire"
+
+    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
+    started = await api.http.post(path, json={}, headers=api.operator_headers())
+    await temporal.pool.execute(ALLOW_AUDIT)
+    assert started.status_code == 202, started.text
+    await finished(temporal, started.json())
+    assert await workflows(temporal) == [started.json()["workflow_id"]]
+    assert len(await temporal.ops_runs()) == 1
+    assert await fire_audit(temporal) == []  # lost with the commit (and logged)
 
 
 async def test_a_lost_answer_retried_with_the_key_fires_once(
