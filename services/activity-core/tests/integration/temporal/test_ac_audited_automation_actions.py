@@ -14,6 +14,7 @@ import asyncpg
 
 from ac_temporal_kit import TemporalHarness, definition
 from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT, AppClient
+from ac_ui import csrf_of, post_form, session, signed_in
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.payloads import RunActivityResult
 
@@ -204,4 +205,47 @@ async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
         ("automation.pause", "applied"),
         ("automation.resume", "applied"),
         ("automation.resume", "refused"),
+    ]
+
+
+async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a_schedule(
+    temporal: TemporalHarness, app_factory: Any
+) -> None:
+    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
+    await temporal.sync(spec)
+    api = await actions_app(temporal, app_factory)
+    cookie = await signed_in(api.http)
+    page_path = f"/ops/ui/automations/{spec.id}"
+    by_uuid = f"/ops/ui/automations/{definition_uuid(spec.id)}"
+    csrf = await csrf_of(api.http, cookie, page_path)
+    active = await pause_state(temporal, spec.id)
+
+    await temporal.pool.execute(REFUSE_AUDIT)
+    refused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
+    assert refused.status_code == 503, refused.text
+    assert await pause_state(temporal, spec.id) == active
+    await temporal.pool.execute(ALLOW_AUDIT)
+
+    paused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
+    assert paused.status_code == 303, paused.text
+    page = await api.http.get(page_path, headers=session(cookie))
+    assert page.status_code == 200
+    assert "automation.pause" in page.text  # the page's trail: addressed by UUID, under the slug
+
+    await temporal.sync(definition(temporal.slug, cron=None))  # the schedule dropped
+    page = await api.http.get(page_path, headers=session(cookie))
+    assert 'data-action="resume"' in page.text
+    resumed = await post_form(api.http, f"{page_path}/resume", {"csrf_token": csrf}, cookie)
+    assert resumed.status_code == 303, resumed.text
+    row = await temporal.pool.fetchrow(
+        "SELECT paused, paused_by FROM activity_definitions WHERE slug = $1", spec.id
+    )
+    assert row is not None and (row["paused"], row["paused_by"]) == (False, None)
+    page = await api.http.get(page_path, headers=session(cookie))
+    assert 'data-action="resume"' not in page.text and 'data-action="pause"' not in page.text
+    assert [
+        (a, t, o) for a, t, o in await audited(temporal.pool) if a.startswith("automation.")
+    ] == [
+        ("automation.pause", f"automation:{spec.id}", "applied"),
+        ("automation.resume", f"automation:{spec.id}", "applied"),
     ]
