@@ -118,8 +118,9 @@ _DESCRIBED = {
     401: "unauthenticated: no or an invalid operator credential",
     403: "forbidden: a worker credential, or a viewer asking for an action",
     404: "not_found: no such automation",
-    409: "state_conflict: the automation has no schedule (fired manually only); for a "
-    "resume, also one its definition file pauses or that was removed from the files",
+    409: "state_conflict: the automation has no schedule (fired manually only; a resume "
+    "still lifts an operator's pause of it); for a resume, also one its definition file "
+    "pauses or that was removed from the files",
     413: "request_too_large",
     415: "unsupported_media_type: a body whose media type names JSON"
     " but is not application/json (charset=utf-8 at most)",
@@ -200,7 +201,8 @@ async def resume_automation(
     """Resume an automation an operator paused: its Temporal Schedule is unpaused and its
     next fire times follow the current cron. An active automation answers 200 unchanged.
     One its definition file pauses (or that was removed from the files) is refused 409:
-    change the file and sync."""
+    change the file and sync. An operator's pause of an automation whose definition has
+    dropped its schedule since is lifted too (the row alone; it fires manually again)."""
     target = audit_target("automation", automation_id)
     async with audit.action(actor, "automation.resume", target) as act:
         state = await pauses.resume(automation_id, operator=actor.name, audit=act)
