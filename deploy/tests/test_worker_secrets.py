@@ -1,8 +1,9 @@
 """The Secrets reach the pods as files, and the services accept what those files hold.
 
 deploy/k8s/secrets/worker-secrets.sh writes the workers' tokens and activity-core's
-credentials file; kubectl is replaced by a stand-in that records what each `create secret
-generic` would store, so no cluster is needed. The `activity-core` Secret is made from
+credentials file (and, given a file, the git remote's token); kubectl is replaced by a
+stand-in that records what each `create secret generic` would store, so no cluster is
+needed. The `activity-core` Secret is made from
 secrets/activity-core.example.env as deploy/README.md says (`--from-env-file`).
 
 The manifests are rendered with kubectl kustomize at validate-deploy's pinned version (each
@@ -70,14 +71,19 @@ esac
 """
 
 
-def _worker_secrets(tmp_path: Path, replicas: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+REPOSITORY_TOKEN = "forge-access-token-0123456789abcdef"
+
+
+def _worker_secrets(
+    tmp_path: Path, replicas: int, *more: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     kubectl = tmp_path / "kubectl"
     kubectl.write_text(FAKE_KUBECTL, encoding="utf-8")
     kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "secrets"
     env = {**os.environ, "KUBECTL": str(kubectl), "OUT": str(out)}
     done = subprocess.run(
-        [str(SCRIPT), "ops-queue", str(replicas)],
+        [str(SCRIPT), "ops-queue", str(replicas), *more],
         env=env,
         capture_output=True,
         text=True,
@@ -88,7 +94,9 @@ def _worker_secrets(tmp_path: Path, replicas: int) -> tuple[subprocess.Completed
 
 def _secrets(tmp_path: Path, replicas: int) -> dict[str, dict[str, bytes]]:
     """Every Secret the manifests name, by name and key, as the README makes them."""
-    done, out = _worker_secrets(tmp_path, replicas)
+    token_file = tmp_path / "forge-token"
+    token_file.write_text(REPOSITORY_TOKEN + "\n", encoding="utf-8")
+    done, out = _worker_secrets(tmp_path, replicas, str(token_file))
     assert done.returncode == 0, done.stderr
     secrets = {d.name: {f.name: f.read_bytes() for f in d.iterdir()} for d in out.iterdir()}
     # kubectl create secret generic --from-env-file: KEY=VALUE lines, `#` comments
@@ -151,9 +159,10 @@ def _config_map(overlay: str, name: str) -> dict[str, str]:
 
 
 def _mounted_at(container: Obj, path: str) -> Obj | None:
-    """The volume mount that holds `path`, if any."""
+    """The volume mount that holds `path` (or is it), if any."""
     for mount in container.get("volumeMounts", []):
-        if path.startswith(mount["mountPath"].rstrip("/") + "/"):
+        where = mount["mountPath"].rstrip("/")
+        if path == where or path.startswith(where + "/"):
             return dict(mount)
     return None
 
@@ -237,8 +246,49 @@ def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
     assert workers == {pod: token_digest(token) for pod, token in tokens.items()}
 
 
+def test_worker_secrets_writes_the_repository_token_only_from_a_file_given(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "without").mkdir()
+    done, out = _worker_secrets(tmp_path / "without", 1)
+    assert done.returncode == 0, done.stderr
+    # rotating the worker tokens leaves the forge's token alone
+    assert not (out / "rein-aharness-repository").exists()
+
+    token_file = tmp_path / "forge-token"
+    token_file.write_text(REPOSITORY_TOKEN + "\n", encoding="utf-8")
+    (tmp_path / "with").mkdir()
+    done, out = _worker_secrets(tmp_path / "with", 1, str(token_file))
+    assert done.returncode == 0, done.stderr
+    assert (out / "rein-aharness-repository" / "token").read_bytes() == token_file.read_bytes()
+    assert REPOSITORY_TOKEN not in done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "activity-core-worker-credentials",
+        "rein-aharness-repository",
+        "rein-aharness-worker-tokens",
+    ]
+
+
+@pytest.mark.parametrize(
+    "content", [None, b"", b"two\nlines\n", b" padded\n"], ids=["missing", "empty", "two", "space"]
+)
+def test_worker_secrets_refuses_a_repository_token_file_the_worker_would(
+    tmp_path: Path, content: bytes | None
+) -> None:
+    token_file = tmp_path / "forge-token"
+    if content is not None:
+        token_file.write_bytes(content)
+    (tmp_path / "run").mkdir()
+    done, out = _worker_secrets(tmp_path / "run", 1, str(token_file))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"{SCRIPT}: {token_file}: not a readable file holding one line, the token\n"
+    )
+    assert not out.exists()  # nothing written to the cluster
+
+
 def test_worker_secrets_refuses_bad_arguments(tmp_path: Path) -> None:
-    for argv in ([], ["ops-queue"], ["ops-queue", "0"], ["ops-queue", "two"]):
+    for argv in ([], ["ops-queue"], ["ops-queue", "0"], ["ops-queue", "two"], ["a", "1", "b", "c"]):
         done = subprocess.run(
             [str(SCRIPT), *argv], capture_output=True, text=True, check=False, cwd=tmp_path
         )
