@@ -7,7 +7,8 @@ named by `TOKEN_FILE_VARIABLE`, and only for the remote's own protocol and host
 are set in that one git process's environment: no approach, no other git call and no
 file the worker writes ever holds the token; git passes it on to the remote over its
 connection and nowhere else. `store` and `erase` are accepted and ignored (the file is
-the one source). It uses the standard library only and reads no setting of the worker's.
+the one source). It reads no setting of the worker's. The package imports nothing of this module (so
+`-m` runs it cleanly); the variables' names live in remote.py.
 """
 
 from __future__ import annotations
@@ -17,17 +18,14 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-__all__ = [
-    "ORIGIN_VARIABLE",
-    "TOKEN_FILE_VARIABLE",
-    "USERNAME_VARIABLE",
-    "answer",
-    "main",
-]
+from rein_aharness.repository.remote import (
+    ORIGIN_VARIABLE,
+    TOKEN_FILE_VARIABLE,
+    USERNAME_VARIABLE,
+)
 
-TOKEN_FILE_VARIABLE = "REIN_AHARNESS_CREDENTIAL_TOKEN_FILE"
-USERNAME_VARIABLE = "REIN_AHARNESS_CREDENTIAL_USERNAME"
-ORIGIN_VARIABLE = "REIN_AHARNESS_CREDENTIAL_ORIGIN"  # "<protocol>://<host[:port]>"
+__all__ = ["answer", "main"]
+
 _MAX_TOKEN_BYTES = 64 * 1024
 
 

@@ -52,10 +52,15 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 
 import ops_evidence
-from rein_aharness.repository import credential_helper
 from rein_aharness.repository.git import GitError, git, git_environment, git_text
 from rein_aharness.repository.locate import Repository, RepositoryNotFound, inspect_repository
-from rein_aharness.repository.remote import RemoteSource
+from rein_aharness.repository.remote import (
+    CREDENTIAL_HELPER_MODULE,
+    ORIGIN_VARIABLE,
+    TOKEN_FILE_VARIABLE,
+    USERNAME_VARIABLE,
+    RemoteSource,
+)
 from rein_aharness.repository.worktree import repository_lock
 
 __all__ = [
@@ -200,13 +205,13 @@ def _network_environment(source: RemoteSource, url: str) -> dict[str, str]:
     ]
     extra: dict[str, str] = {}
     if source.token_file is not None and scheme in ("http", "https"):
-        helper = f"!{shlex.quote(sys.executable)} -I -m {credential_helper.__name__}"
+        helper = f"!{shlex.quote(sys.executable)} -I -m {CREDENTIAL_HELPER_MODULE}"
         config.append(("credential.helper", helper))
         parts = urlsplit(url)
         extra = {
-            credential_helper.TOKEN_FILE_VARIABLE: os.fspath(source.token_file),
-            credential_helper.USERNAME_VARIABLE: source.username,
-            credential_helper.ORIGIN_VARIABLE: f"{parts.scheme}://{parts.netloc}",
+            TOKEN_FILE_VARIABLE: os.fspath(source.token_file),
+            USERNAME_VARIABLE: source.username,
+            ORIGIN_VARIABLE: f"{parts.scheme}://{parts.netloc}",
         }
     env = git_environment(config=config)
     env.pop("SSH_ASKPASS", None)

@@ -17,8 +17,12 @@ from urllib.parse import quote, urlsplit
 import ops_evidence
 
 __all__ = [
+    "CREDENTIAL_HELPER_MODULE",
     "DEFAULT_USERNAME",
+    "ORIGIN_VARIABLE",
     "PLACEHOLDER",
+    "TOKEN_FILE_VARIABLE",
+    "USERNAME_VARIABLE",
     "RemoteSource",
     "render_url",
     "url_template_error",
@@ -29,6 +33,13 @@ PLACEHOLDER = "{target_repo}"
 DEFAULT_USERNAME = "x-token"
 SCHEMES = ("http", "https", "file")
 _SAMPLE = "owner/name"
+
+# The credential helper (credential_helper.py) the mirror's fetch configures, and the
+# variables of that one git process's environment it reads.
+CREDENTIAL_HELPER_MODULE = "rein_aharness.repository.credential_helper"
+TOKEN_FILE_VARIABLE = "REIN_AHARNESS_CREDENTIAL_TOKEN_FILE"
+USERNAME_VARIABLE = "REIN_AHARNESS_CREDENTIAL_USERNAME"
+ORIGIN_VARIABLE = "REIN_AHARNESS_CREDENTIAL_ORIGIN"  # "<protocol>://<host[:port]>"
 
 
 @dataclass(frozen=True)
