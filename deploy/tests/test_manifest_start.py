@@ -50,6 +50,11 @@ What in the manifests a local process cannot reach, and where it is checked inst
   the process's; validate-deploy checks them against the Kubernetes schemas and checkov.
 - images and pull policies: the venv stands in for the image; test_image_install.py
   replays the Dockerfiles' install.
+- Namespaces, ServiceAccounts, automountServiceAccountToken, enableServiceLinks: there is
+  no API server here, so nothing to mount or inject; each process gets only the
+  environment built above, which is what `enableServiceLinks: false` leaves a container.
+- Claim templates: each is an empty directory at its mountPath, as a new volume is; their
+  sizes and access modes are the storage's business.
 - PrometheusRule and the dashboard: validate-deploy (promtool) and test_monitoring.py.
 """
 
