@@ -289,6 +289,42 @@ async def test_refused_credentials_and_unknown_repositories_fail_without_reopen(
     )
 
 
+# -- the legacy table fetches the same way --------------------------------------------------
+
+_LEGACY = (
+    "legacy_approaches:\n"
+    "  legacy-ok:\n"
+    "    approach: command\n"
+    '    command: {argv: ["sh", "-c", "test -f briefs/upstream.md"], timeout_s: 30, '
+    "env_allowlist: [PATH]}\n"
+    "    sandbox_profile: profile.bwrap-local\n"
+)
+
+
+async def test_a_legacy_row_runs_on_the_fetched_head_and_fails_like_a_profiled_one(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, git_server: GitServer
+) -> None:
+    git_server.create_repository(TARGET, FILES)
+    head = git_server.push_commit(TARGET, {"briefs/upstream.md": "new\n"})
+    settings = _settings(tmp_path, repos, git_server)
+    write_catalogue(tmp_path / "profiles.yaml", legacy=_LEGACY)
+    first = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="legacy-ok")
+    async with _worker(settings, activity_core) as runtime:
+        await runtime.worker.run(once=True)
+        row = await activity_core.row(first)
+        assert row["state"] == "succeeded", row["last_error"]
+        assert row["result"]["head_after"] == head  # it ran at the fetched commit
+
+        git_server.status = 503
+        second = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="legacy-ok")
+        await runtime.worker.run(once=True)
+        row = await activity_core.row(second)
+        assert row["state"] == "open"
+        assert row["last_error"].startswith("repository_unavailable: "), row["last_error"]
+        assert _failures(runtime, "repository_unavailable") == 1
+    _no_worktrees(tmp_path, repos)
+
+
 # -- bounds and concurrency, at the mirror ---------------------------------------------------
 
 
