@@ -269,3 +269,21 @@ async def test_a_fetch_waits_for_another_process_holding_the_mirror(
         holder.kill()
         holder.communicate()
     assert await fetch_baseline(mirror, RemoteSource(upstream.template)) == head
+
+
+async def test_old_history_with_format_slips_is_fetched(upstream: Upstream, mirrors: Path) -> None:
+    """transfer.fsckObjects is on, but a commit with a malformed time zone (as old
+    converted histories have) must not make the repository unfetchable."""
+    upstream.create()
+    bare = upstream.root / f"{OWNER_NAME}.git"
+    tree = git(bare, "rev-parse", "main^{tree}")
+    parent = git(bare, "rev-parse", "main")
+    body = (
+        f"tree {tree}\nparent {parent}\n"
+        "author Old <old@example.invalid> 1000000000 +123\n"
+        "committer Old <old@example.invalid> 1000000000 +123\n\nconverted\n"
+    )
+    odd = git(bare, "hash-object", "-t", "commit", "--literally", "-w", "--stdin", stdin=body)
+    git(bare, "update-ref", "refs/heads/main", odd)
+    mirror = await ensure_mirror(mirrors, OWNER_NAME)
+    assert await fetch_baseline(mirror, RemoteSource(upstream.template)) == odd
