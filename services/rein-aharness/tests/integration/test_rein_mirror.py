@@ -234,3 +234,56 @@ def test_two_processes_fetching_one_mirror_do_not_corrupt_it(
     git(mirror, "fsck", "--strict", "--no-dangling")
     assert _refs(mirror) == {f"{FETCH_NAMESPACE}main": head}
     assert not [n for n in os.listdir(mirror / "objects" / "pack") if n.startswith("tmp_")]
+
+
+_LOCK_HOLDER = textwrap.dedent(
+    """
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+async def test_a_fetch_waits_for_another_process_holding_the_mirror(
+    upstream: Upstream, mirrors: Path
+) -> None:
+    """One fetch per mirror at a time across processes: the flock on the mirror (what a
+    second worker, or an operator command, holds while it fetches or lands)."""
+    head = upstream.create()
+    mirror = await ensure_mirror(mirrors, OWNER_NAME)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _LOCK_HOLDER, str(mirror.common_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with anyio.move_on_after(1.5) as waited:
+            await fetch_baseline(mirror, RemoteSource(upstream.template))
+        assert waited.cancelled_caught, "the fetch ran while another process held the mirror"
+        assert f"{FETCH_NAMESPACE}main" not in _refs(mirror.path)
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert await fetch_baseline(mirror, RemoteSource(upstream.template)) == head
+
+
+async def test_old_history_with_format_slips_is_fetched(upstream: Upstream, mirrors: Path) -> None:
+    """transfer.fsckObjects is on, but a commit with a malformed time zone (as old
+    converted histories have) must not make the repository unfetchable."""
+    upstream.create()
+    bare = upstream.root / f"{OWNER_NAME}.git"
+    tree = git(bare, "rev-parse", "main^{tree}")
+    parent = git(bare, "rev-parse", "main")
+    body = (
+        f"tree {tree}\nparent {parent}\n"
+        "author Old <old@example.invalid> 1000000000 +123\n"
+        "committer Old <old@example.invalid> 1000000000 +123\n\nconverted\n"
+    )
+    odd = git(bare, "hash-object", "-t", "commit", "--literally", "-w", "--stdin", stdin=body)
+    git(bare, "update-ref", "refs/heads/main", odd)
+    mirror = await ensure_mirror(mirrors, OWNER_NAME)
+    assert await fetch_baseline(mirror, RemoteSource(upstream.template)) == odd

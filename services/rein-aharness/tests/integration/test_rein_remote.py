@@ -16,8 +16,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import asyncpg
 import pytest
 
+from ac_testkit import SeededQueue
 from ops_testsupport.git_server import GitServer
 from rein_aharness.profiles import load_catalogue
 from rein_aharness.repository import FetchFailed, RemoteSource, ensure_mirror, fetch_baseline
@@ -30,11 +33,16 @@ from rein_worker_kit import (
     ActivityCore,
     RecordingTransport,
     Repos,
+    activity_core_app,
     command_profile,
     git,
+    served_on_loopback,
+    worker_process_env,
     worker_settings,
     write_catalogue,
 )
+
+WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
 
 TARGET = "research/briefs"
 FILES = {"README.md": "# briefs\n", "briefs/.keep": ""}
@@ -206,6 +214,62 @@ async def test_the_token_reaches_no_approach_file_or_log(
     assert token not in "\n".join(os.environ.values())
 
 
+async def test_a_worker_process_logs_no_token_at_debug(
+    db_dsn: str,
+    db: asyncpg.Connection,
+    repos: Repos,
+    tmp_path: Path,
+    git_server: GitServer,
+) -> None:
+    """`rein-aharness run` as a real process, at DEBUG: one run lands, one fails on a
+    refused login, one on an unavailable remote; no line of its output has the token."""
+    git_server.create_repository(TARGET, FILES)
+    seeded = SeededQueue(db)
+    catalogue = write_catalogue(tmp_path / "profiles.yaml")
+    token_file = git_server.write_token_file(tmp_path / "secrets")
+    log = tmp_path / "worker.log"
+    async with served_on_loopback(activity_core_app(db_dsn)) as url:
+        env = worker_process_env(tmp_path, repos, catalogue, url, lease_seconds=30)
+        env.update(
+            REIN_AHARNESS_REPOSITORY_URL=git_server.url_template,
+            REIN_AHARNESS_REPOSITORY_TOKEN_FILE=str(token_file),
+            REIN_AHARNESS_REPOSITORY_USERNAME=git_server.username,
+            REIN_AHARNESS_FETCH_TIMEOUT_SECONDS="5",
+            REIN_AHARNESS_LOG_LEVEL="DEBUG",
+        )
+        states = []
+        for switch in ("none", "refuse_credentials", "status"):
+            git_server.refuse_credentials = switch == "refuse_credentials"
+            git_server.status = 503 if switch == "status" else None
+            run_id = await seeded.run(
+                harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
+            )
+            with log.open("ab") as out:
+                done = await anyio.run_process(
+                    [str(WORKER_BIN), "run", "--once"],
+                    env=env,
+                    stdout=out,
+                    stderr=out,
+                    check=False,
+                )
+            assert done.returncode == 0, log.read_text()[-2000:]
+            row = await seeded.row(run_id)
+            states.append((row["state"], (row["last_error"] or "").split(":")[0]))
+    assert states == [
+        ("succeeded", ""),
+        ("failed", "repository_credentials_refused"),
+        ("open", "repository_unavailable"),
+    ]
+    text = log.read_text()
+    # The failures were logged, with their reasons (so the lines searched are there).
+    assert '"reason":"repository_credentials_refused: ' in text
+    assert '"reason":"repository_unavailable: ' in text
+    assert git_server.token not in text
+    needle = git_server.token.encode()
+    assert _files_holding(tmp_path / "state", needle) == []
+    assert _files_holding(repos.root, needle) == []
+
+
 # -- classified failures -----------------------------------------------------------------
 
 
@@ -287,6 +351,42 @@ async def test_refused_credentials_and_unknown_repositories_fail_without_reopen(
     assert (tmp_path / "state" / "worktrees").exists() is False or not list(
         (tmp_path / "state" / "worktrees").iterdir()
     )
+
+
+# -- the legacy table fetches the same way --------------------------------------------------
+
+_LEGACY = (
+    "legacy_approaches:\n"
+    "  legacy-ok:\n"
+    "    approach: command\n"
+    '    command: {argv: ["sh", "-c", "test -f briefs/upstream.md"], timeout_s: 30, '
+    "env_allowlist: [PATH]}\n"
+    "    sandbox_profile: profile.bwrap-local\n"
+)
+
+
+async def test_a_legacy_row_runs_on_the_fetched_head_and_fails_like_a_profiled_one(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, git_server: GitServer
+) -> None:
+    git_server.create_repository(TARGET, FILES)
+    head = git_server.push_commit(TARGET, {"briefs/upstream.md": "new\n"})
+    settings = _settings(tmp_path, repos, git_server)
+    write_catalogue(tmp_path / "profiles.yaml", legacy=_LEGACY)
+    first = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="legacy-ok")
+    async with _worker(settings, activity_core) as runtime:
+        await runtime.worker.run(once=True)
+        row = await activity_core.row(first)
+        assert row["state"] == "succeeded", row["last_error"]
+        assert row["result"]["head_after"] == head  # it ran at the fetched commit
+
+        git_server.status = 503
+        second = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="legacy-ok")
+        await runtime.worker.run(once=True)
+        row = await activity_core.row(second)
+        assert row["state"] == "open"
+        assert row["last_error"].startswith("repository_unavailable: "), row["last_error"]
+        assert _failures(runtime, "repository_unavailable") == 1
+    _no_worktrees(tmp_path, repos)
 
 
 # -- bounds and concurrency, at the mirror ---------------------------------------------------

@@ -7,6 +7,8 @@ decisions, which must not import it, use those classes.
 
 from __future__ import annotations
 
+import logging
+
 from rein_aharness.gateway.errors import (
     GatewayError,
     RemoteRepositoryNotFound,
@@ -18,6 +20,8 @@ from rein_aharness.repository import FetchFailed, FetchFailure
 
 __all__ = ["fetch_error"]
 
+log = logging.getLogger(__name__)
+
 _FETCH_ERRORS: dict[FetchFailure, type[GatewayError]] = {
     "unavailable": RepositoryUnavailable,
     "credentials_refused": RepositoryCredentialsRefused,
@@ -26,6 +30,11 @@ _FETCH_ERRORS: dict[FetchFailure, type[GatewayError]] = {
 }
 
 
-def fetch_error(failure: FetchFailed) -> GatewayError:
-    """The gateway error (and so the reopen decision) of a failed fetch; its reason as is."""
+def fetch_error(failure: FetchFailed, run_id: str) -> GatewayError:
+    """The gateway error (and so the reopen decision) of a failed fetch, its reason as is;
+    logged as a warning (the reason names the URL, which never carries a credential)."""
+    log.warning(
+        "the target repository could not be fetched",
+        extra={"run_id": run_id, "reason": failure.reason},
+    )
     return _FETCH_ERRORS[failure.kind](failure.reason)

@@ -132,7 +132,7 @@ class LocalGlasGateway:
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
         except FetchFailed as exc:
-            raise fetch_error(exc) from None
+            raise fetch_error(exc, request.run_id) from None
 
     async def withdraw(self, target_repo: str, run_id: str, attempt: int) -> None:
         """Remove `rein/<run_id>/<attempt>` if it landed; log, never raise."""

@@ -76,6 +76,15 @@ FETCH_NAMESPACE = "refs/remotes/origin/"
 FetchFailure = Literal["unavailable", "credentials_refused", "not_found", "too_large"]
 
 _POLL_SECONDS = 0.02
+_HISTORICAL_FSCK = (
+    "badTimezone",
+    "badDate",
+    "zeroPaddedDate",
+    "missingSpaceBeforeDate",
+    "missingEmail",
+    "badEmail",
+    "zeroPaddedFilemode",
+)
 _STDERR_KEEP = 16 * 1024
 _STDOUT_MAX = 1024 * 1024
 _DETAIL_CHARS = 200
@@ -199,7 +208,11 @@ def _network_environment(source: RemoteSource, url: str) -> dict[str, str]:
         ("http.lowSpeedTime", str(max(1, int(source.timeout_seconds)))),
         ("transfer.unpackLimit", "1"),
         ("fetch.unpackLimit", "1"),
+        # Objects are checked as they arrive (a hostile remote's `.git` paths, broken
+        # trees), but old history's harmless format slips (dates, emails, zero-padded
+        # modes) are let through, or real repositories could never be fetched.
         ("transfer.fsckObjects", "true"),
+        *((f"fetch.fsck.{message}", "ignore") for message in _HISTORICAL_FSCK),
         ("fetch.prune", "false"),
         ("credential.helper", ""),
     ]

@@ -129,4 +129,4 @@ class LegacyRunner:
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
         except FetchFailed as exc:
-            raise fetch_error(exc) from None
+            raise fetch_error(exc, str(run.id)) from None
