@@ -22,8 +22,15 @@ import pytest
 
 from ac_testkit import SeededQueue
 from ops_testsupport.git_server import GitServer
+from rein_aharness.gateway import LocalGlasGateway
 from rein_aharness.profiles import load_catalogue
-from rein_aharness.repository import FetchFailed, RemoteSource, ensure_mirror, fetch_baseline
+from rein_aharness.repository import (
+    FetchFailed,
+    RemoteSource,
+    ensure_mirror,
+    fetch_baseline,
+    land,
+)
 from rein_aharness.repository.mirror import FETCH_NAMESPACE
 from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, WorkerRuntime, open_worker
@@ -387,6 +394,25 @@ async def test_a_legacy_row_runs_on_the_fetched_head_and_fails_like_a_profiled_o
         assert row["last_error"].startswith("repository_unavailable: "), row["last_error"]
         assert _failures(runtime, "repository_unavailable") == 1
     _no_worktrees(tmp_path, repos)
+
+
+async def test_a_withdrawn_landing_is_removed_from_the_mirror_only(
+    repos: Repos, tmp_path: Path, git_server: GitServer
+) -> None:
+    head = git_server.create_repository(TARGET, FILES)
+    source = _source(git_server, tmp_path)
+    mirror = await ensure_mirror(repos.root, TARGET)
+    assert await fetch_baseline(mirror, source) == head
+    await land(mirror, head, "run-1", 1)
+    # A checkout of the same name beside the mirror (single-host leftovers) is not it.
+    checkout = repos.make(TARGET)
+    git(checkout, "branch", "rein/run-1/1")
+    gateway = LocalGlasGateway(
+        repositories_root=repos.root, worktrees_root=tmp_path / "worktrees", source=source
+    )
+    await gateway.withdraw(TARGET, "run-1", 1)
+    assert Repos.landings(mirror.path) == {}
+    assert list(Repos.landings(checkout)) == ["refs/heads/rein/run-1/1"]
 
 
 # -- bounds and concurrency, at the mirror ---------------------------------------------------

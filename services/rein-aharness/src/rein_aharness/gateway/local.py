@@ -64,6 +64,7 @@ from rein_aharness.repository import (
     Workspace,
     WorktreeSession,
     discard_landing,
+    existing_mirror,
     git_environment,
     import_objects,
     inspect_work,
@@ -138,7 +139,11 @@ class LocalGlasGateway:
         """Remove `rein/<run_id>/<attempt>` if it landed; log, never raise."""
         with anyio.CancelScope(shield=True):
             try:
-                repository = await resolve_repository(self._root, target_repo)
+                repository = await (
+                    resolve_repository(self._root, target_repo)
+                    if self._source is None
+                    else existing_mirror(self._root, target_repo)
+                )
                 removed = await discard_landing(repository, run_id, attempt)
             except (RepositoryNotFound, GitError) as exc:
                 log.warning(

@@ -11,7 +11,13 @@ from rein_aharness.repository.landing import (
 )
 from rein_aharness.repository.locate import Repository, RepositoryNotFound, resolve_repository
 from rein_aharness.repository.metadata import changed_metadata, snapshot_metadata
-from rein_aharness.repository.mirror import FetchFailed, FetchFailure, ensure_mirror, fetch_baseline
+from rein_aharness.repository.mirror import (
+    FetchFailed,
+    FetchFailure,
+    ensure_mirror,
+    existing_mirror,
+    fetch_baseline,
+)
 from rein_aharness.repository.refs import changed_refs, restore_refs, snapshot_refs
 from rein_aharness.repository.remote import RemoteSource
 from rein_aharness.repository.session import WorktreeSession, worktree_session
@@ -39,6 +45,7 @@ __all__ = [
     "discard_landing",
     "discard_workspace",
     "ensure_mirror",
+    "existing_mirror",
     "fetch_baseline",
     "git",
     "git_environment",

@@ -68,6 +68,7 @@ __all__ = [
     "FetchFailed",
     "FetchFailure",
     "ensure_mirror",
+    "existing_mirror",
     "fetch_baseline",
     "mirror_path",
 ]
@@ -104,6 +105,14 @@ def mirror_path(root: Path, target_repo: str) -> Path:
     if ops_evidence.target_repo(target_repo) is None:
         raise RepositoryNotFound(f"target_repo {target_repo[:80]!r} is not an owner/name path")
     return root / f"{target_repo}.git"
+
+
+async def existing_mirror(root: Path, target_repo: str) -> Repository:
+    """The mirror of `target_repo` if it exists (RepositoryNotFound otherwise): what a
+    landing is withdrawn from in remote mode, never a checkout beside it."""
+    if not mirror_path(root, target_repo).is_dir():
+        raise RepositoryNotFound(f"target_repo {target_repo!r} has no mirror")
+    return await ensure_mirror(root, target_repo)
 
 
 async def ensure_mirror(root: Path, target_repo: str) -> Repository:
