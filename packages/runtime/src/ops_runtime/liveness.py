@@ -19,6 +19,10 @@ starved of CPU) does not answer, and a kubelet counts the timeout as a failure t
 What this does not see: a loop that runs but whose tasks wait forever on each other, or
 (in the Temporal worker) a stuck SDK core on its own threads. A run's lease expires then,
 and Temporal times an activity out; another worker takes the work.
+
+The same server may answer `GET /readyz` too (`readiness=`): a process that has one probe
+address keeps both probes on it. What "ready" means is the caller's; the callable is read
+on the server's thread, so it must answer from a record and never wait on the loop.
 """
 
 from __future__ import annotations
@@ -29,18 +33,29 @@ import logging
 import socket
 import socketserver
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ops_runtime.threaded_servers import served_in_a_thread
 
-__all__ = ["LIVENESS_PATH", "PROBE_READ_SECONDS", "LoopHeartbeat", "serve_liveness"]
+__all__ = [
+    "LIVENESS_PATH",
+    "PROBE_READ_SECONDS",
+    "READINESS_PATH",
+    "LoopHeartbeat",
+    "Readiness",
+    "serve_liveness",
+]
 
 log = logging.getLogger(__name__)
 
 LIVENESS_PATH = "/livez"
+READINESS_PATH = "/readyz"
+# (ready, body): 200 with the body when ready, 503 with it when not. Called on the probe
+# server's thread for every request.
+Readiness = Callable[[], tuple[bool, dict[str, Any]]]
 _TICK_SECONDS = 1.0
 # A probe connection silent for this long is closed. The server takes a thread per
 # connection, and without a timeout one that never sends (or stops halfway) holds its
@@ -75,13 +90,21 @@ class LoopHeartbeat:
 
 
 def _handler(
-    heartbeat: LoopHeartbeat, max_stall: float, read_timeout: float
+    heartbeat: LoopHeartbeat,
+    max_stall: float,
+    read_timeout: float,
+    readiness: Readiness | None,
 ) -> type[BaseHTTPRequestHandler]:
     class LivenessHandler(BaseHTTPRequestHandler):
         timeout = read_timeout
 
         def do_GET(self) -> None:
-            if self.path.partition("?")[0] != LIVENESS_PATH:
+            path = self.path.partition("?")[0]
+            if path == READINESS_PATH and readiness is not None:
+                ready, body = readiness()
+                self._answer(200 if ready else 503, body)
+                return
+            if path != LIVENESS_PATH:
                 self._answer(404, {"status": "not_found"})
                 return
             stalled = round(heartbeat.seconds_since_tick(), 3)
@@ -132,9 +155,11 @@ def serve_liveness(
     *,
     max_stall_seconds: float,
     read_timeout_seconds: float = PROBE_READ_SECONDS,
+    readiness: Readiness | None = None,
 ) -> Iterator[tuple[str, int]]:
-    """Serve `/livez` on host:port until the block ends; yields the bound address. A
-    connection silent for `read_timeout_seconds` is closed.
+    """Serve `/livez` on host:port until the block ends (and `/readyz` from `readiness`
+    when given; 404 otherwise); yields the bound address. A connection silent for
+    `read_timeout_seconds` is closed.
 
     Enter it on the event loop's thread. OSError when the address cannot be bound."""
     heartbeat = LoopHeartbeat(
@@ -142,7 +167,7 @@ def serve_liveness(
     )
     server_class = _Server6 if ":" in host else _Server
     server = server_class(
-        (host, port), _handler(heartbeat, max_stall_seconds, read_timeout_seconds)
+        (host, port), _handler(heartbeat, max_stall_seconds, read_timeout_seconds, readiness)
     )
     heartbeat.start()
     try:

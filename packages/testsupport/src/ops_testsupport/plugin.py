@@ -7,7 +7,8 @@ tests.
   compare two instances);
 - `empty_dsn`: a database with nothing in it, not even the schema;
 - `db`: a connection to `db_dsn` with the service's JSON codecs;
-- `pool`: the service's pool on `db_dsn`, with room for concurrent emissions.
+- `pool`: the service's pool on `db_dsn`, with room for concurrent emissions;
+- `git_server`: a real git smart-HTTP server on 127.0.0.1 (`ops_testsupport.git_server`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,18 @@ import pytest
 
 from activity_core.db.pool import create_pool, init_connection
 from ops_testsupport.databases import database_server, migrated_template, scratch_database
+from ops_testsupport.git_server import git_server
 
-__all__ = ["db", "db_dsn", "empty_dsn", "pool", "server_dsn", "template_name", "twin_db_dsn"]
+__all__ = [
+    "db",
+    "db_dsn",
+    "empty_dsn",
+    "git_server",
+    "pool",
+    "server_dsn",
+    "template_name",
+    "twin_db_dsn",
+]
 
 
 @pytest.fixture(scope="session")

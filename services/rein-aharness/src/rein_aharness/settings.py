@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    HttpUrl,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ops_contracts import WorkerId
@@ -23,6 +30,7 @@ from ops_runtime.settings_sources import (
     parse_bind_address,
     secret_from_file,
 )
+from rein_aharness.repository.remote import DEFAULT_USERNAME, RemoteSource, url_template_error
 
 __all__ = [
     "SECRET_VARIABLES",
@@ -51,7 +59,24 @@ class ReinAharnessSettings(BaseSettings):
 
     REIN_AHARNESS_REPOSITORIES_ROOT     absolute directory holding target repositories
                                         (`<root>/<owner>/<name>`); needed by the local
-                                        gateway and legacy approaches
+                                        gateway and legacy approaches; with
+                                        REIN_AHARNESS_REPOSITORY_URL, where the worker
+                                        keeps its mirrors (`<root>/<owner>/<name>.git`)
+    REIN_AHARNESS_REPOSITORY_URL        remote mode: a URL template with `{target_repo}`
+                                        exactly once (`https://git.example/{target_repo}.git`;
+                                        http, https or file://; no credentials, query or
+                                        fragment). Each attempt first fetches the remote's
+                                        default branch into the mirror and starts from that
+                                        commit (repository/mirror.py). Unset: single-host
+                                        mode, the root's existing repositories at their
+                                        HEAD, nothing fetched
+    REIN_AHARNESS_REPOSITORY_TOKEN_FILE a file holding the remote's token (the password
+                                        git's credential helper answers with); read at
+                                        each fetch, only its path is kept
+    REIN_AHARNESS_REPOSITORY_USERNAME   the user name sent with that token (x-token)
+    REIN_AHARNESS_FETCH_TIMEOUT_SECONDS how long one attempt's fetch may take, 1..3600 (120)
+    REIN_AHARNESS_FETCH_MAX_MB          how much one fetch may add to a mirror's objects,
+                                        1..1048576 (2048)
     REIN_AHARNESS_GLAS_URL              a remote Glas gateway; unset: the local gateway
     REIN_AHARNESS_GLAS_TOKEN            its bearer credential
     REIN_AHARNESS_GLAS_TOKEN_FILE       or a file whose contents are that credential
@@ -83,6 +108,11 @@ class ReinAharnessSettings(BaseSettings):
     rein_aharness_state_dir: Path | None = None
     rein_aharness_profiles: Path | None = None
     rein_aharness_repositories_root: Path | None = None
+    rein_aharness_repository_url: str | None = None
+    rein_aharness_repository_token_file: Path | None = None
+    rein_aharness_repository_username: str = DEFAULT_USERNAME
+    rein_aharness_fetch_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    rein_aharness_fetch_max_mb: int = Field(default=2048, ge=1, le=1_048_576)
     rein_aharness_glas_url: HttpUrl | None = None
     rein_aharness_glas_token: SecretStr | None = None
     rein_aharness_glas_timeout_seconds: float = Field(
@@ -119,6 +149,64 @@ class ReinAharnessSettings(BaseSettings):
         if value is not None and (not value.is_absolute() or not value.is_dir()):
             raise ValueError("must be an absolute path to an existing directory")
         return value
+
+    @field_validator("rein_aharness_repository_url")
+    @classmethod
+    def _repository_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = url_template_error(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("rein_aharness_repository_token_file")
+    @classmethod
+    def _token_file(cls, value: Path | None) -> Path | None:
+        # Read here only to refuse an unusable file at start; the value is dropped, and
+        # the credential helper reads the file again at each fetch (a rotated Secret works).
+        if value is not None:
+            if not value.is_absolute():
+                raise ValueError("must be an absolute path")
+            try:
+                token = secret_from_file("TOKEN", {"TOKEN_FILE": str(value)})
+            except SettingsSourceError as exc:
+                raise ValueError(str(exc).removeprefix("TOKEN_FILE: ")) from None
+            if token is None or token != token.strip() or not token.isprintable():
+                raise ValueError("must hold one line without surrounding whitespace")
+        return value
+
+    @field_validator("rein_aharness_repository_username")
+    @classmethod
+    def _username(cls, value: str) -> str:
+        if not value or len(value) > 256 or not value.isprintable() or value != value.strip():
+            raise ValueError("must be one printable line of at most 256 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _remote_mode(self) -> ReinAharnessSettings:
+        if self.rein_aharness_repository_url is None:
+            if self.rein_aharness_repository_token_file is not None:
+                raise ValueError(
+                    "REIN_AHARNESS_REPOSITORY_TOKEN_FILE: needs REIN_AHARNESS_REPOSITORY_URL"
+                )
+        elif self.rein_aharness_repositories_root is None:
+            raise ValueError(
+                "REIN_AHARNESS_REPOSITORIES_ROOT: required with REIN_AHARNESS_REPOSITORY_URL "
+                "(where the mirrors live)"
+            )
+        return self
+
+    def repository_source(self) -> RemoteSource | None:
+        """Remote mode's source, or None (single-host mode)."""
+        if self.rein_aharness_repository_url is None:
+            return None
+        return RemoteSource(
+            url_template=self.rein_aharness_repository_url,
+            token_file=self.rein_aharness_repository_token_file,
+            username=self.rein_aharness_repository_username,
+            timeout_seconds=float(self.rein_aharness_fetch_timeout_seconds),
+            max_bytes=self.rein_aharness_fetch_max_mb * 1024 * 1024,
+        )
 
     @field_validator("rein_aharness_bwrap")
     @classmethod
@@ -188,6 +276,9 @@ def load_settings() -> ReinAharnessSettings:
         settings = ReinAharnessSettings(**from_files)
     except ValidationError as exc:
         for error in exc.errors():
+            if not error["loc"]:  # a check across variables names them itself
+                problems.append(str(error["msg"]).splitlines()[0].removeprefix("Value error, "))
+                continue
             variable = str(error["loc"][0]).upper() if error["loc"] else "environment"
             if variable.lower() in from_files:
                 variable += "_FILE"

@@ -72,3 +72,106 @@ def test_a_bad_token_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
     assert "ACTIVITY_CORE_WORKER_TOKEN" in str(caught.value)
     assert "SECRET" not in str(caught.value)
+
+
+# -- remote mode (REIN_AHARNESS_REPOSITORY_URL) ------------------------------------------
+
+
+def test_remote_mode_settings_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", "https://git.example/{target_repo}.git")
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN_FILE", str(token))
+    monkeypatch.setenv("REIN_AHARNESS_FETCH_TIMEOUT_SECONDS", "7")
+    monkeypatch.setenv("REIN_AHARNESS_FETCH_MAX_MB", "3")
+    settings = load_settings()
+    source = settings.repository_source()
+    assert source is not None
+    assert source.url("acme/app") == "https://git.example/acme/app.git"
+    assert source.token_file == token and source.username == "x-token"
+    assert source.timeout_seconds == 7 and source.max_bytes == 3 * 1024 * 1024
+    # Only the path is kept: the token is nowhere in the settings.
+    assert "s3cret-token" not in repr(settings) and "s3cret-token" not in repr(source)
+
+
+def test_without_a_url_the_worker_is_in_single_host_mode() -> None:
+    settings = load_settings()
+    assert settings.repository_source() is None
+    assert settings.rein_aharness_fetch_timeout_seconds == 120
+    assert settings.rein_aharness_fetch_max_mb == 2048
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("https://git.example/repo.git", "exactly once"),
+        ("https://git.example/{target_repo}/{target_repo}", "exactly once"),
+        ("ssh://git.example/{target_repo}.git", "http, https or file"),
+        ("https://bot:pw@git.example/{target_repo}.git", "credentials"),
+        ("https://tok@git.example/{target_repo}.git", "credentials"),
+        ("https://git.example/{target_repo}.git?x=1", "query or fragment"),
+        ("https://git.example/{target_repo}.git#top", "query or fragment"),
+        ("https://{target_repo}.example/x.git", "in the path"),
+        ("https://git.example:99999/{target_repo}.git", "valid URL"),
+        ("https:///{target_repo}.git", "host"),
+        ("file://host/{target_repo}.git", "file:///"),
+        ("https://git.example/{target_repo} .git", "whitespace"),
+    ],
+)
+def test_a_bad_url_template_stops_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, template: str, problem: str
+) -> None:
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", template)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert message.startswith("invalid setting REIN_AHARNESS_REPOSITORY_URL: ")
+    assert problem in message and "\n" not in message
+    assert "pw@" not in message
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"REIN_AHARNESS_REPOSITORY_URL": "https://g.example/{target_repo}"}, "REPOSITORIES_ROOT"),
+        ({"REIN_AHARNESS_REPOSITORY_TOKEN_FILE": "/nonexistent/token"}, "REPOSITORY_TOKEN_FILE"),
+        ({"REIN_AHARNESS_FETCH_TIMEOUT_SECONDS": "0"}, "FETCH_TIMEOUT_SECONDS"),
+        ({"REIN_AHARNESS_FETCH_TIMEOUT_SECONDS": "3601"}, "FETCH_TIMEOUT_SECONDS"),
+        ({"REIN_AHARNESS_FETCH_MAX_MB": "0"}, "FETCH_MAX_MB"),
+        ({"REIN_AHARNESS_FETCH_MAX_MB": "1048577"}, "FETCH_MAX_MB"),
+        ({"REIN_AHARNESS_REPOSITORY_USERNAME": " bot"}, "REPOSITORY_USERNAME"),
+    ],
+)
+def test_remote_mode_problems_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], variable: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert f"REIN_AHARNESS_{variable}: " in str(raised.value)
+
+
+def test_a_token_file_needs_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN_FILE", str(token))
+    with pytest.raises(SettingsError, match="TOKEN_FILE: needs REIN_AHARNESS_REPOSITORY_URL"):
+        load_settings()
+
+
+@pytest.mark.parametrize("content", ["", "\n", "two\nlines\n", " padded "])
+def test_an_unusable_token_file_is_refused_without_echoing_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(content)
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path))
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", "https://g.example/{target_repo}")
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN_FILE", str(token))
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert "REIN_AHARNESS_REPOSITORY_TOKEN_FILE: " in str(raised.value)
+    assert "lines" not in str(raised.value) and "padded" not in str(raised.value)

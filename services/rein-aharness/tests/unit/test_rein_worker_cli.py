@@ -66,6 +66,42 @@ def test_a_bad_or_missing_setting_is_one_line_and_exit_2(
     assert err.count("\n") == 1 and message in err
 
 
+@pytest.mark.parametrize(
+    ("url", "without_root", "message"),
+    [
+        (
+            "https://git.example/{target_repo}.git",
+            True,
+            "REIN_AHARNESS_REPOSITORIES_ROOT: required with REIN_AHARNESS_REPOSITORY_URL",
+        ),
+        (
+            "https://bot:hunter2@git.example/{target_repo}",
+            False,
+            "REIN_AHARNESS_REPOSITORY_URL: Value error, must not carry credentials",
+        ),
+        (
+            "https://git.example/fixed.git",
+            False,
+            "REIN_AHARNESS_REPOSITORY_URL: Value error, must contain {target_repo} exactly once",
+        ),
+    ],
+)
+def test_a_bad_remote_mode_setting_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    without_root: bool,
+    message: str,
+) -> None:
+    if without_root:
+        monkeypatch.delenv("REIN_AHARNESS_REPOSITORIES_ROOT")
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", url)
+    assert main(["run", "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    assert "hunter2" not in err
+
+
 def test_a_bad_catalogue_names_the_variable_and_where(
     environment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,9 +5,10 @@ SIGTERM or Ctrl-C stops polling, lets running activities finish (bounded), then 
 pool and, if this process started the local dev server, stops it.
 
 Two optional endpoints (their settings: worker_endpoints.py): `/livez` for a liveness
-probe, served from its own thread from the moment the event loop starts
-(`ops_runtime.liveness`), and the Temporal SDK's Prometheus metrics, served by the SDK's
-core from a runtime made the process default before any client exists.
+probe and `/readyz` for a readiness probe, served from their own thread from the moment
+the event loop starts (`ops_runtime.liveness`; readiness: worker_readiness.py, 503 until
+the server lists this worker's pollers), and the Temporal SDK's Prometheus metrics, served
+by the SDK's core from a runtime made the process default before any client exists.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from activity_core.temporal.client import temporal_client
 from activity_core.temporal.errors import TemporalUnavailable
 from activity_core.temporal.payloads import FirePolicy
 from activity_core.temporal.worker_endpoints import LIVENESS_ADDRESS, metrics_runtime
+from activity_core.temporal.worker_readiness import PollerReadiness, watch_pollers
 from activity_core.temporal.workflow import RunActivityWorkflow
 from ops_runtime.liveness import serve_liveness
 
@@ -77,37 +79,52 @@ async def serve_worker(
     dsn: str,
     sink: IssueSink,
     stop: asyncio.Event,
+    readiness: PollerReadiness,
 ) -> None:
-    """Run the worker until `stop` is set. Raises TemporalUnavailable when Temporal cannot
-    be reached, OSError / asyncpg errors when the database cannot."""
+    """Run the worker until `stop` is set, `readiness` following its pollers meanwhile.
+    Raises TemporalUnavailable when Temporal cannot be reached, OSError / asyncpg errors
+    when the database cannot."""
     pool = await create_pool(dsn, min_size=1, max_size=settings.db_pool_max)
     try:
         async with temporal_client(settings) as client:
             activities = build_activities(settings, pool, sink)
-            async with build_worker(
-                client, task_queue=settings.temporal_task_queue, activities=activities
-            ):
-                line = (
-                    f"temporal worker on task queue {settings.temporal_task_queue!r} "
-                    f"(namespace {settings.temporal_namespace!r})"
+            task_queue = settings.temporal_task_queue
+            async with build_worker(client, task_queue=task_queue, activities=activities) as worker:
+                identity = worker.config().get("identity") or client.identity
+                watcher = asyncio.create_task(
+                    watch_pollers(
+                        client, task_queue=task_queue, identity=identity, readiness=readiness
+                    )
                 )
-                print(f"activity-core: {line}", flush=True)
-                await stop.wait()
-                print("activity-core: stopping the temporal worker", flush=True)
+                try:
+                    line = (
+                        f"temporal worker on task queue {task_queue!r} "
+                        f"(namespace {settings.temporal_namespace!r}, identity {identity!r})"
+                    )
+                    print(f"activity-core: {line}", flush=True)
+                    await stop.wait()
+                    print("activity-core: stopping the temporal worker", flush=True)
+                finally:
+                    # unready from here on: the worker stops polling as it shuts down
+                    watcher.cancel()
+                    readiness.stopping()
     finally:
         await pool.close()
 
 
 @contextmanager
-def _liveness(settings: ActivityCoreSettings) -> Iterator[None]:
-    """The liveness endpoint for the block, when its address is set; enter it on the loop."""
+def _liveness(settings: ActivityCoreSettings, readiness: PollerReadiness) -> Iterator[None]:
+    """The probe endpoints (/livez, /readyz) for the block, when their address is set;
+    enter it on the loop."""
     address = settings.temporal_worker_liveness_address
     with ExitStack() as stack:
         if address is not None:
             host, port = parse_bind_address(address)
             max_stall = settings.temporal_worker_liveness_max_stall_seconds
             try:
-                stack.enter_context(serve_liveness(host, port, max_stall_seconds=max_stall))
+                stack.enter_context(
+                    serve_liveness(host, port, max_stall_seconds=max_stall, readiness=readiness)
+                )
             except OSError as exc:
                 raise SettingsError(
                     f"{LIVENESS_ADDRESS}: cannot listen on {address}: "
@@ -125,9 +142,12 @@ async def _main(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    readiness = PollerReadiness(
+        task_queue=settings.temporal_task_queue, namespace=settings.temporal_namespace
+    )
     try:
-        with _liveness(settings):
-            await serve_worker(settings, dsn, sink, stop)
+        with _liveness(settings, readiness):
+            await serve_worker(settings, dsn, sink, stop, readiness)
     finally:
         await sink.aclose()
 

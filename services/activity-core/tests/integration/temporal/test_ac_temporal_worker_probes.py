@@ -8,6 +8,10 @@
   The liveness thread is left alone (SIGSTOP would freeze it too).
 - the SDK's Prometheus endpoint carries every metric the monitoring component's dashboard
   uses (worker_endpoints.TEMPORAL_SDK_METRICS).
+- `/readyz` on the same address is 503 until the server lists this process's pollers on
+  both of its task queue's types, then 200; 503 `temporal_unreachable` once its Temporal
+  is gone (the process alive, `/livez` still 200), and 200 again when Temporal is back.
+  The test runs a dev server of its own for this, stopped and restarted on its port.
 - bad values stop the command with one line naming the variable and exit 2, before any
   database or Temporal connection.
 """
@@ -22,12 +26,13 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from activity_core.temporal.dev_server import DevServer, free_port
+from activity_core.temporal.dev_server import DevServer, free_port, start_dev_server
 from activity_core.temporal.worker_endpoints import TEMPORAL_SDK_METRICS
 from ops_testsupport.liveness import stall_and_watch, stalling_entry
 
@@ -104,6 +109,68 @@ async def test_livez_follows_the_event_loop_and_the_sdk_metrics_are_served(
 
     watch.assert_stalled_within(MAX_STALL)
     assert "the event loop has not run for" in worker_log.read_text()
+
+
+async def _until_status(
+    http: httpx.AsyncClient, url: str, status: int, *, within: float
+) -> tuple[list[int], dict[str, Any]]:
+    """Probe `url` every 0.1 s until it answers `status`; every status seen, and the body
+    of that answer."""
+    seen: list[int] = []
+    async with asyncio.timeout(within):
+        while True:
+            try:
+                answer = await http.get(url)
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+                continue
+            seen.append(answer.status_code)
+            if answer.status_code == status:
+                return seen, answer.json()
+            await asyncio.sleep(0.1)
+
+
+async def test_readyz_follows_the_pollers_and_the_connection(
+    tmp_path: Path, db_dsn: str, worker_log: Path
+) -> None:
+    port, liveness = free_port(), free_port()
+    server = start_dev_server(tmp_path / "temporal", port=port)
+    task_queue = f"ac-ready-{uuid.uuid4().hex[:10]}"
+    env = cli_env(
+        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+        ACTIVITY_CORE_ISSUE_SINK="none",
+        TEMPORAL_ADDRESS=server.address,
+        TEMPORAL_TASK_QUEUE=task_queue,
+        ACTIVITY_CORE_TEMPORAL_WORKER_LIVENESS_ADDRESS=f"127.0.0.1:{liveness}",
+    )
+    readyz, livez = f"http://127.0.0.1:{liveness}/readyz", f"http://127.0.0.1:{liveness}/livez"
+    with worker_log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", ENTRY, "temporal-worker"], env=env, stdout=out, stderr=out
+        )
+    try:
+        async with httpx.AsyncClient(timeout=2) as http:
+            seen, body = await _until_status(http, readyz, 200, within=60)
+            # the endpoint listens before the worker connects, unready until it polls
+            assert seen[0] == 503, seen
+            assert body["status"] == "ready", body
+            assert body["task_queue"] == task_queue, body
+            assert body["identity"] == f"{process.pid}@{socket.gethostname()}", body
+            assert set(body["seconds_since_poll"]) == {"workflow", "activity"}
+
+            server.stop()
+            _, body = await _until_status(http, readyz, 503, within=20)
+            assert body["status"] == "temporal_unreachable", body
+            assert process.poll() is None, worker_log.read_text()
+            assert (await http.get(livez)).status_code == 200
+
+            server = start_dev_server(tmp_path / "temporal", port=port)
+            _, body = await _until_status(http, readyz, 200, within=60)
+            assert body["status"] == "ready", body
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        server.stop()
 
 
 def _listening() -> socket.socket:

@@ -11,9 +11,14 @@ from rein_aharness.gateway.errors import (
     GatewayProtocolError,
     GatewayRefused,
     GatewayUnavailable,
+    RemoteRepositoryNotFound,
+    RepositoryCredentialsRefused,
+    RepositoryTooLarge,
+    RepositoryUnavailable,
     SandboxFailed,
     WorkRejected,
 )
+from rein_aharness.gateway.fetch_failures import fetch_error
 from rein_aharness.gateway.http import HttpGlasGateway
 from rein_aharness.gateway.local import LocalGlasGateway
 from rein_aharness.gateway.protocol import GlasGateway, WithdrawLanding
@@ -30,9 +35,14 @@ __all__ = [
     "HttpGlasGateway",
     "LocalGlasGateway",
     "QueuedRequest",
+    "RemoteRepositoryNotFound",
+    "RepositoryCredentialsRefused",
+    "RepositoryTooLarge",
+    "RepositoryUnavailable",
     "SandboxFailed",
     "WithdrawLanding",
     "WorkRejected",
+    "fetch_error",
     "request_id_for",
     "transaction_id_for",
 ]

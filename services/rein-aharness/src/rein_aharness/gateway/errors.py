@@ -9,6 +9,18 @@
 | `GatewayUnavailable` | a remote gateway could not be reached after retries       | yes    |
 | `GatewayProtocolError` | a remote gateway answered something that is not 1.0     | no     |
 | `SandboxFailed`      | the sandbox could not be created; nothing of the approach ran | yes |
+| `RepositoryUnavailable` | fetch failed: unreachable, timed out, 5xx, dropped   | yes    |
+| `RepositoryCredentialsRefused` | the remote refused the credentials (401/403) | no     |
+| `RemoteRepositoryNotFound` | no such repository on the remote (404), or empty | no     |
+| `RepositoryTooLarge` | the fetch brought more than REIN_AHARNESS_FETCH_MAX_MB  | no     |
+
+The four remote-mode errors (fetch_failures.py, from repository/mirror.py's `FetchFailed`)
+happen before any worktree exists; their reasons start with `repository_unavailable:`,
+`repository_credentials_refused:`, `repository_not_found:` and `repository_too_large:`,
+which the run's fail `error` (and so activity-core's run page and explain view) carries,
+and the same words are the worker's `ops_worker_execution_failures_total{reason}` label.
+Only an unavailable remote reopens (it may answer the next attempt); the others need an
+operator (a token, a repository name, the size bound), so retrying would only repeat them.
 
 `SandboxFailed` reopens: the approach never started and the repository was not touched
 (its worktree is removed), and the cause is this worker's environment, not the run, so
@@ -31,6 +43,10 @@ __all__ = [
     "GatewayProtocolError",
     "GatewayRefused",
     "GatewayUnavailable",
+    "RemoteRepositoryNotFound",
+    "RepositoryCredentialsRefused",
+    "RepositoryTooLarge",
+    "RepositoryUnavailable",
     "SandboxFailed",
     "WorkRejected",
 ]
@@ -74,3 +90,19 @@ class GatewayProtocolError(GatewayError):
 
 class SandboxFailed(GatewayError):
     default_reopen = True
+
+
+class RepositoryUnavailable(GatewayError):
+    default_reopen = True
+
+
+class RepositoryCredentialsRefused(GatewayError):
+    pass
+
+
+class RemoteRepositoryNotFound(GatewayError):
+    pass
+
+
+class RepositoryTooLarge(GatewayError):
+    pass

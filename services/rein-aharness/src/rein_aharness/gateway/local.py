@@ -3,8 +3,11 @@
 Per request:
 
 1. before anything exists on disk: render and check the brief path (inside the grant),
-   resolve the target repository under the repositories root, snapshot its refs;
-2. create a detached worktree at the repository's HEAD commit (the baseline), and
+   resolve the target repository under the repositories root (remote mode, `source`:
+   fetch the remote's default branch into the repository's mirror, repository/mirror.py;
+   a failed fetch is one of errors.py's `Repository*` errors), snapshot its refs;
+2. create a detached worktree at the baseline: the repository's HEAD commit, or in
+   remote mode the fetched commit; and
    fingerprint the git metadata the approach must not change;
 3. run the approach (`command` or `brief`) in the run's sandbox (sandbox/): if the
    sandbox cannot be created, the attempt fails as `SandboxFailed` (reopened) before the
@@ -49,15 +52,19 @@ from rein_aharness.gateway.errors import (
     WorkRejected,
 )
 from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, repository_transaction
+from rein_aharness.gateway.fetch_failures import fetch_error
 from rein_aharness.gateway.request import QueuedRequest
 from rein_aharness.profiles import render_output_path
 from rein_aharness.repository import (
+    FetchFailed,
     GitError,
     LandingError,
+    RemoteSource,
     RepositoryNotFound,
     Workspace,
     WorktreeSession,
     discard_landing,
+    existing_mirror,
     git_environment,
     import_objects,
     inspect_work,
@@ -100,8 +107,10 @@ class LocalGlasGateway:
         clock: Callable[[], float] = time.monotonic,
         bwrap: Path | None = None,
         on_sandbox_failure: Callable[[str], None] | None = None,
+        source: RemoteSource | None = None,
     ) -> None:
         self._root = repositories_root
+        self._source = source
         self._worktrees = worktrees_root
         self._environ = os.environ if environ is None else environ
         self._clock = clock
@@ -113,18 +122,28 @@ class LocalGlasGateway:
         brief_path = self._brief_path(request)
         try:
             session = worktree_session(
-                self._root, self._worktrees, request.run.target_repo, worktree_name(request)
+                self._root,
+                self._worktrees,
+                request.run.target_repo,
+                worktree_name(request),
+                self._source,
             )
             async with session as opened:
                 return await self._work(request, opened, brief_path, started)
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
+        except FetchFailed as exc:
+            raise fetch_error(exc, request.run_id) from None
 
     async def withdraw(self, target_repo: str, run_id: str, attempt: int) -> None:
         """Remove `rein/<run_id>/<attempt>` if it landed; log, never raise."""
         with anyio.CancelScope(shield=True):
             try:
-                repository = await resolve_repository(self._root, target_repo)
+                repository = await (
+                    resolve_repository(self._root, target_repo)
+                    if self._source is None
+                    else existing_mirror(self._root, target_repo)
+                )
                 removed = await discard_landing(repository, run_id, attempt)
             except (RepositoryNotFound, GitError) as exc:
                 log.warning(

@@ -11,7 +11,15 @@ from rein_aharness.repository.landing import (
 )
 from rein_aharness.repository.locate import Repository, RepositoryNotFound, resolve_repository
 from rein_aharness.repository.metadata import changed_metadata, snapshot_metadata
+from rein_aharness.repository.mirror import (
+    FetchFailed,
+    FetchFailure,
+    ensure_mirror,
+    existing_mirror,
+    fetch_baseline,
+)
 from rein_aharness.repository.refs import changed_refs, restore_refs, snapshot_refs
+from rein_aharness.repository.remote import RemoteSource
 from rein_aharness.repository.session import WorktreeSession, worktree_session
 from rein_aharness.repository.worktree import (
     Workspace,
@@ -21,8 +29,11 @@ from rein_aharness.repository.worktree import (
 )
 
 __all__ = [
+    "FetchFailed",
+    "FetchFailure",
     "GitError",
     "LandingError",
+    "RemoteSource",
     "Repository",
     "RepositoryNotFound",
     "Verdict",
@@ -33,6 +44,9 @@ __all__ = [
     "changed_refs",
     "discard_landing",
     "discard_workspace",
+    "ensure_mirror",
+    "existing_mirror",
+    "fetch_baseline",
     "git",
     "git_environment",
     "import_objects",

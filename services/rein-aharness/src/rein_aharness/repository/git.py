@@ -5,7 +5,8 @@ Every call gets an environment with the worker's `GIT_*` variables removed (a st
 prompts, no system or user config (only the repository's, which no approach can
 change: see metadata.py), no hooks, no fsmonitor, and `protocol.allow=never`, which
 makes every fetch, push and clone fail, local paths and `file://` included: the worker
-never publishes.
+never publishes. The one exception is the mirror's fetch in remote mode (mirror.py),
+which allows the remote's scheme for that git process alone.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ _FORCED_CONFIG: tuple[tuple[str, str], ...] = (
 
 class GitError(Exception):
     """A git command failed; the message carries the subcommand, exit code and a bounded
-    stderr excerpt (git's stderr names refs and paths, never credentials here, since the
-    worker configures no remotes)."""
+    stderr excerpt (git's stderr names refs, paths and, for a fetch, the remote's URL,
+    never credentials: the worker configures no remotes and a URL template cannot carry
+    any, remote.py)."""
 
     def __init__(self, args: Sequence[str], returncode: int, stderr: bytes) -> None:
         self.returncode = returncode
@@ -46,21 +48,26 @@ class GitError(Exception):
 
 
 def git_environment(
-    base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None
+    base: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+    *,
+    config: Sequence[tuple[str, str]] = (),
 ) -> dict[str, str]:
-    """`base` (default: the worker's environment) without `GIT_*`, plus the forced config."""
+    """`base` (default: the worker's environment) without `GIT_*`, plus the forced config
+    and then `config` (later entries win: only the mirror's fetch passes any, mirror.py)."""
     source = os.environ if base is None else base
     env = {key: value for key, value in source.items() if not key.upper().startswith("GIT_")}
+    entries = (*_FORCED_CONFIG, *config)
     env.update(
         {
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull,
             "GIT_OPTIONAL_LOCKS": "0",
-            "GIT_CONFIG_COUNT": str(len(_FORCED_CONFIG)),
+            "GIT_CONFIG_COUNT": str(len(entries)),
         }
     )
-    for index, (key, value) in enumerate(_FORCED_CONFIG):
+    for index, (key, value) in enumerate(entries):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     if extra:

@@ -46,7 +46,10 @@ async def import_objects(workspace: Workspace, head_after: str) -> None:
         env=workspace.git_env(),
         stdin=wanted,
     )
-    await git(workspace.repository.path, "index-pack", "--stdin", "--strict", stdin=pack)
+    # Under the lock: a mirror's fetch (mirror.py) removes pack files it did not find
+    # when it started, should it fail.
+    async with repository_lock(workspace.repository):
+        await git(workspace.repository.path, "index-pack", "--stdin", "--strict", stdin=pack)
 
 
 def landing_ref(run_id: str, attempt: int) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import ops_evidence
 from rein_aharness.repository.git import GitError, git_text
 
-__all__ = ["Repository", "RepositoryNotFound", "resolve_repository"]
+__all__ = ["Repository", "RepositoryNotFound", "inspect_repository", "resolve_repository"]
 
 
 class RepositoryNotFound(Exception):
@@ -28,6 +28,9 @@ class Repository:
     target_repo: str
     path: Path  # the checkout's top level, or the bare repository directory
     common_dir: Path  # where refs, objects and worktree metadata live
+    # Ref namespaces someone other than the approach moves while it runs (besides the
+    # landing branches): a mirror's fetched refs, which another worker's fetch updates.
+    unwatched: tuple[str, ...] = ()
 
 
 def _candidates(root: Path, target_repo: str) -> list[Path]:
@@ -48,11 +51,12 @@ async def resolve_repository(root: Path, target_repo: str) -> Repository:
             )
         if not resolved.is_dir():
             raise RepositoryNotFound(f"target_repo {target_repo!r} is not a directory")
-        return await _inspect(target_repo, resolved)
+        return await inspect_repository(target_repo, resolved)
     raise RepositoryNotFound(f"target_repo {target_repo!r} is not under the repositories root")
 
 
-async def _inspect(target_repo: str, path: Path) -> Repository:
+async def inspect_repository(target_repo: str, path: Path) -> Repository:
+    """`path` as `target_repo`'s repository, if it is a repository's own top level."""
     # Stop discovery at the candidate itself, so an enclosing repository is never found.
     ceiling = {"GIT_CEILING_DIRECTORIES": os.fspath(path.parent)}
     try:

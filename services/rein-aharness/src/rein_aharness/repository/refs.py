@@ -6,7 +6,9 @@ snapshots every ref (and the main checkout's HEAD) before the approach and compa
 after; any difference is a rejection, and `restore_refs` undoes it.
 
 `refs/heads/rein/` is left out of the comparison: it is where workers land accepted work,
-and another worker may land its own run there at any moment.
+and another worker may land its own run there at any moment. So is a mirror's
+`refs/remotes/origin/` (`Repository.unwatched`): another worker sharing the mirror may
+fetch into it at any moment, and the sandbox shows refs read-only anyway.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ async def snapshot_refs(repository: Repository) -> dict[str, str]:
     refs: dict[str, str] = {}
     for line in raw.decode("utf-8", "surrogateescape").splitlines():
         name, _, value = line.partition("\x00")
-        if not name.startswith(LANDING_NAMESPACE):
+        if not name.startswith((LANDING_NAMESPACE, *repository.unwatched)):
             refs[name] = value
     try:
         refs[_HEAD] = "ref: " + await git_text(repository.path, "symbolic-ref", "-q", _HEAD)

@@ -1,4 +1,5 @@
-"""One run attempt's stay in a target repository: resolve, snapshot, worktree, clean up.
+"""One run attempt's stay in a target repository: resolve (or, in remote mode, fetch
+into its mirror: mirror.py), snapshot, worktree, clean up.
 
     async with worktree_session(root, worktrees_root, target_repo, name) as session:
         ... run the approach in session.workspace.path, inspect, maybe land ...
@@ -22,12 +23,14 @@ import anyio
 from rein_aharness.repository.git import GitError
 from rein_aharness.repository.locate import Repository, resolve_repository
 from rein_aharness.repository.metadata import MetadataSnapshot, snapshot_metadata
+from rein_aharness.repository.mirror import ensure_mirror, fetch_baseline
 from rein_aharness.repository.refs import (
     RefSnapshot,
     changed_refs,
     restore_refs,
     snapshot_refs,
 )
+from rein_aharness.repository.remote import RemoteSource
 from rein_aharness.repository.worktree import Workspace, discard_workspace, open_workspace
 
 __all__ = ["WorktreeSession", "worktree_session"]
@@ -45,12 +48,23 @@ class WorktreeSession:
 
 @asynccontextmanager
 async def worktree_session(
-    repositories_root: Path, worktrees_root: Path, target_repo: str, name: str
+    repositories_root: Path,
+    worktrees_root: Path,
+    target_repo: str,
+    name: str,
+    source: RemoteSource | None = None,
 ) -> AsyncIterator[WorktreeSession]:
-    """Raises RepositoryNotFound before anything is created when the target is unusable."""
-    repository = await resolve_repository(repositories_root, target_repo)
+    """Raises RepositoryNotFound (or, with a `source`, FetchFailed) before anything is
+    created when the target is unusable (a new mirror stays: it is empty, and the next
+    attempt fetches into it)."""
+    baseline: str | None = None
+    if source is None:
+        repository = await resolve_repository(repositories_root, target_repo)
+    else:
+        repository = await ensure_mirror(repositories_root, target_repo)
+        baseline = await fetch_baseline(repository, source)
     refs_before = await snapshot_refs(repository)
-    workspace = await open_workspace(repository, worktrees_root, name)
+    workspace = await open_workspace(repository, worktrees_root, name, baseline)
     try:
         metadata_before = await anyio.to_thread.run_sync(snapshot_metadata, workspace)
         yield WorktreeSession(repository, workspace, refs_before, metadata_before)

@@ -7,11 +7,12 @@ file and the git config its sandbox shows (written by sandbox/process.py). The w
 own git calls in a worktree name its git dir and work tree explicitly
 (`Workspace.git_env`), so a `.git`
 file the approach rewrote can never point the worker's git at another repository or
-config. Worktrees are detached at the baseline (the target repository's HEAD commit), so
-creating one adds no ref. Worktree administration (add,
-remove, prune) and landing hold an exclusive `flock` on the repository's git common
-directory, so two workers sharing a repository never race on its metadata; nothing is
-written into the repository for the lock.
+config. Worktrees are detached at the baseline (the target repository's HEAD commit, or
+in remote mode the commit the attempt's fetch brought), so creating one adds no ref.
+Worktree administration (add, remove, prune), landing and a mirror's fetch hold an
+exclusive `flock` on the repository's git common directory, so two workers sharing a
+repository never race on its metadata; nothing is written into the repository for the
+lock.
 """
 
 from __future__ import annotations
@@ -95,8 +96,11 @@ async def repository_lock(repository: Repository) -> AsyncIterator[None]:
         os.close(fd)
 
 
-async def open_workspace(repository: Repository, worktrees_root: Path, name: str) -> Workspace:
-    """Create `<worktrees_root>/<name>` detached at the repository's HEAD commit."""
+async def open_workspace(
+    repository: Repository, worktrees_root: Path, name: str, baseline: str | None = None
+) -> Workspace:
+    """Create `<worktrees_root>/<name>` detached at `baseline` (a commit the mirror's fetch
+    brought, mirror.py), or else at the repository's HEAD commit (single-host mode)."""
     ensure_private_dir(worktrees_root)
     path = worktrees_root / name
     scratch = scratch_path(path)
@@ -106,11 +110,14 @@ async def open_workspace(repository: Repository, worktrees_root: Path, name: str
             await anyio.to_thread.run_sync(_remove_tree, leftover)
     async with repository_lock(repository):
         await git(repository.path, "worktree", "prune")
+        start = "HEAD" if baseline is None else baseline
         try:
-            baseline = await git_text(repository.path, "rev-parse", "--verify", "HEAD^{commit}")
+            baseline = await git_text(
+                repository.path, "rev-parse", "--verify", f"{start}^{{commit}}"
+            )
         except GitError:
             raise RepositoryNotFound(
-                f"target_repo {repository.target_repo!r} has no commit at HEAD"
+                f"target_repo {repository.target_repo!r} has no commit at {start}"
             ) from None
         await git(repository.path, "worktree", "add", "--detach", os.fspath(path), baseline)
         admin = Path(await git_text(path, "rev-parse", "--absolute-git-dir"))

@@ -160,6 +160,7 @@ async def open_worker(
     metrics = WorkerMetrics(store)
     worktrees_root = state_dir / WORKTREES_DIR
     token = settings.activity_core_worker_token
+    source = settings.repository_source()
 
     config = WorkerConfig(
         worker_id=worker_id,
@@ -203,6 +204,7 @@ async def open_worker(
             environ=environ,
             bwrap=bwrap,
             on_sandbox_failure=gate.report_failure,
+            source=source,
         )
         gateway, withdraw = local, local.withdraw
     sink: HttpEventSink | None = None
@@ -232,6 +234,7 @@ async def open_worker(
                 environ=environ,
                 bwrap=bwrap,
                 on_sandbox_failure=gate.report_failure,
+                source=source,
             ),
             closer=closer,
             worker_id=worker_id,

@@ -4,7 +4,8 @@ A row with neither `harness_profile_ref` nor `repository_grant` is matched by it
 `approach_hint` against `legacy_approaches` in the catalogue file. The approach is a
 `command` run in a fresh worktree and sandbox like a profiled one, but with no repository
 authority:
-the run has no grant, so any commit or ref change is rejected and discarded. Its result
+the run has no grant, so any commit or ref change is rejected and discarded. In remote mode
+it fetches first, as the local gateway does (a failed fetch fails it the same way). Its result
 is the plain executor result (`ok`, `target_repo`, `head_after`, `committed: false`)
 with no execution evidence: the hint never becomes a profile ref. Its close is direct,
 not outboxed (closer.py).
@@ -29,8 +30,11 @@ from rein_aharness.gateway.errors import (
     SandboxFailed,
     WorkRejected,
 )
+from rein_aharness.gateway.fetch_failures import fetch_error
 from rein_aharness.profiles import Legacy
 from rein_aharness.repository import (
+    FetchFailed,
+    RemoteSource,
     RepositoryNotFound,
     git_environment,
     inspect_work,
@@ -58,8 +62,10 @@ class LegacyRunner:
         environ: Mapping[str, str] | None = None,
         bwrap: Path | None = None,
         on_sandbox_failure: Callable[[str], None] | None = None,
+        source: RemoteSource | None = None,
     ) -> None:
         self._root = repositories_root
+        self._source = source
         self._worktrees = worktrees_root
         self._environ = os.environ if environ is None else environ
         self._bwrap = bwrap
@@ -72,7 +78,11 @@ class LegacyRunner:
         spec = selection.approach.command
         try:
             session = worktree_session(
-                self._root, self._worktrees, run.target_repo, f"{run.id}.{run.attempt}"
+                self._root,
+                self._worktrees,
+                run.target_repo,
+                f"{run.id}.{run.attempt}",
+                self._source,
             )
             async with session as opened:
                 sandbox = await sandbox_over(opened.workspace, selection.sandbox, self._bwrap)
@@ -118,3 +128,5 @@ class LegacyRunner:
                 }
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
+        except FetchFailed as exc:
+            raise fetch_error(exc, str(run.id)) from None

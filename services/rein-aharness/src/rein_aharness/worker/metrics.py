@@ -15,7 +15,10 @@ Recorded as the worker works (loop.py, processor.py, lease.py):
                                               be delivered), sandbox_unavailable
     ops_worker_runs_total{outcome}            claimed runs by how they ended (RUN_OUTCOMES)
     ops_worker_execution_failures_total{reason}  why a run was failed or refused
-                                              (FAILURE_REASONS)
+                                              (FAILURE_REASONS; remote mode's failed
+                                              fetches are repository_unavailable,
+                                              _credentials_refused, _not_found,
+                                              _too_large: gateway/errors.py)
     ops_worker_closes_total{path, result}     each run's own close: the disposition when
                                               delivered, else where it stands (CLOSE_RESULTS)
     ops_worker_heartbeats_total{result}       ok, failed (will retry; or cut short by
@@ -115,6 +118,10 @@ FailureReason = Literal[
     "gateway_unavailable",
     "gateway_protocol_error",
     "glas_outcome",
+    "repository_unavailable",
+    "repository_credentials_refused",
+    "repository_not_found",
+    "repository_too_large",
     "internal_error",
 ]
 FAILURE_REASONS: Final = (
@@ -127,6 +134,10 @@ FAILURE_REASONS: Final = (
     "gateway_unavailable",
     "gateway_protocol_error",
     "glas_outcome",
+    "repository_unavailable",
+    "repository_credentials_refused",
+    "repository_not_found",
+    "repository_too_large",
     "internal_error",
 )
 

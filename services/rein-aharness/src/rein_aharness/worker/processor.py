@@ -38,6 +38,10 @@ from rein_aharness.gateway import (
     GatewayUnavailable,
     GlasGateway,
     QueuedRequest,
+    RemoteRepositoryNotFound,
+    RepositoryCredentialsRefused,
+    RepositoryTooLarge,
+    RepositoryUnavailable,
     SandboxFailed,
     WithdrawLanding,
     WorkRejected,
@@ -79,6 +83,10 @@ _FAILURE_REASONS: tuple[tuple[type[GatewayError], FailureReason], ...] = (
     (GatewayRefused, "gateway_refused"),
     (GatewayUnavailable, "gateway_unavailable"),
     (GatewayProtocolError, "gateway_protocol_error"),
+    (RepositoryUnavailable, "repository_unavailable"),
+    (RepositoryCredentialsRefused, "repository_credentials_refused"),
+    (RemoteRepositoryNotFound, "repository_not_found"),
+    (RepositoryTooLarge, "repository_too_large"),
 )
 
 
