@@ -98,6 +98,7 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         assert 'data-field="state">succeeded<' in page.text
         assert "briefs/" in page.text  # the artefact
         assert "profile.bwrap-local" in page.text  # the brief ran in the sandbox
+        _assert_the_run_started_from_the_fetched_remote(out, Path(home))
 
         demo.send_signal(signal.SIGINT)  # what Ctrl-C in its terminal sends
         assert demo.wait(90) == 0, demo.output()
@@ -105,6 +106,30 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         assert "stopped." in out, out
         assert "Traceback" not in out, out
     assert processes_mentioning(home) == []
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=30)
+    return done.stdout.strip()
+
+
+def _assert_the_run_started_from_the_fetched_remote(out: str, home: Path) -> None:
+    """The worker fetched the demo's forge repository into its mirror, started the run at
+    the forge's head and landed the brief on a branch of the mirror whose parent is it; the
+    printed `see it` command shows the brief."""
+    state = home / ".local" / "state" / "ops-demo"
+    forge = state / "forge" / "research" / "briefs.git"
+    mirror = state / "mirrors" / "research" / "briefs.git"
+    assert f"fetching from file://{state / 'forge'}/{{target_repo}}.git" in out, out
+    see_it = re.search(r"^  see it:  git -C (\S+) show (rein/\S+):(\S+)$", out, re.MULTILINE)
+    assert see_it and Path(see_it[1]) == mirror, out
+    forge_head = _git("-C", str(forge), "rev-parse", "HEAD")
+    assert _git("-C", str(mirror), "rev-parse", "refs/remotes/origin/main") == forge_head
+    assert _git("-C", str(mirror), "rev-parse", f"{see_it[2]}^") == forge_head
+    brief = _git("-C", see_it[1], "show", f"{see_it[2]}:{see_it[3]}")
+    assert brief  # the brief the run wrote
+    # the forge itself is only read: the landed branch exists in the mirror alone
+    assert _git("-C", str(forge), "for-each-ref", "refs/heads/rein/") == ""
 
 
 @pytest.mark.timeout(240)

@@ -23,6 +23,7 @@ WORKER_IDS = (
     "e2e-restart-2",
     "e2e-stale",
     "e2e-cancel",
+    "e2e-remote",
 )
 
 # target_repo of each scenario's definition (one repository each)
@@ -174,6 +175,10 @@ SESSION_DEFINITIONS = {
     ),
     "e2e-cancel": definition(
         "e2e-cancel", repo="e2e/cancel", profile="harness.e2e-cancel@1.0.0", grant=GRANT_DOCS
+    ),
+    # its repository lives on the scenario's git server, not under the session's root
+    "e2e-remote": definition(
+        "e2e-remote", repo="e2e/remote", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
     ),
 }
 

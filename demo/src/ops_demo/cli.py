@@ -36,7 +36,7 @@ import httpx
 from ops_demo.api import ApiError, OpsApi
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.progress import RunFollower
-from ops_demo.repository import GitFailed, init_repository
+from ops_demo.repository import GitFailed, init_bare_repository
 from ops_demo.stack import (
     ActivityCoreConfig,
     WorkerConfig,
@@ -106,6 +106,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _token_file(text: str) -> Path:
+    path = Path(text).expanduser().resolve()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"not a file: {text!r}")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -143,6 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=180.0,
         help="how long to wait for the run to complete, in seconds (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--repository-url",
+        metavar="TEMPLATE",
+        help=(
+            "where the worker fetches target repositories from, a template with "
+            "{target_repo}, e.g. https://forgejo.example/{target_repo}.git (default: a bare "
+            "repository the demo creates under its state dir, over file://)"
+        ),
+    )
+    parser.add_argument(
+        "--repository-token-file",
+        type=_token_file,
+        metavar="FILE",
+        help="a file holding the token for --repository-url (read by the worker's git alone)",
     )
     parser.add_argument(
         "--no-wait",
@@ -194,6 +216,8 @@ class Demo:
         self.failed = False
         self._lock_fd: int | None = None
         self.temporal_ui_port = free_port()
+        # the worker's mirrors of the repositories it fetches (REIN_AHARNESS_REPOSITORIES_ROOT)
+        self.mirrors = self.state / "mirrors"
 
     # -- the steps --------------------------------------------------------------------
 
@@ -231,13 +255,17 @@ class Demo:
         temporal.wait_ready()
         self.out.step(f"Temporal dev server at {temporal_address}", started)
 
-        repositories = self.state / "repositories"
-        repository = repositories / "research" / "briefs"
-        init_repository(
-            repository,
-            {"README.md": "# research/briefs\n\nBriefs written by the ops-demo worker.\n"},
-            message="ops-demo: an empty briefs repository",
-        )
+        repositories = self.mirrors
+        repository_url = args.repository_url
+        if repository_url is None:
+            forge = self.state / "forge"
+            init_bare_repository(
+                forge / "research" / "briefs.git",
+                {"README.md": "# research/briefs\n\nBriefs written by the ops-demo worker.\n"},
+                message="ops-demo: an empty briefs repository",
+            )
+            repository_url = f"file://{forge}/{{target_repo}}.git"
+        repositories.mkdir(parents=True, exist_ok=True)
         worker_config = WorkerConfig(
             activity_core_url="",  # set below, once the port is known
             worker_id=WORKER_ID,
@@ -245,6 +273,8 @@ class Demo:
             state_dir=self.state / "rein-aharness",
             profiles=examples / "profiles.yaml",
             repositories_root=repositories,
+            repository_url=repository_url,
+            repository_token_file=args.repository_token_file,
             shutdown_grace_seconds=5,
             # activity-core's graceful stop waits for a long-poll claim in flight, even
             # one whose worker has gone: keep it short so Ctrl-C is quick
@@ -265,7 +295,7 @@ class Demo:
         temporal_worker.wait_ready()
         self.out.step(f"activity-core temporal-worker (task queue {config.task_queue})", started)
         worker.wait_ready()
-        self.out.step(f"rein-aharness worker {WORKER_ID}, repositories in {repositories}", started)
+        self.out.step(f"rein-aharness worker {WORKER_ID}, fetching from {repository_url}", started)
 
         started = time.monotonic()
         synced = sync_definitions(sup, config, [examples / "definitions"])
@@ -348,12 +378,12 @@ class Demo:
         states = sorted({ops_run["state"] for ops_run in runs})
         self.failed = states != ["succeeded"]
         self.out.line(f"run completed: {', '.join(states)}")
-        repositories = self.state / "repositories"
         for ops_run in runs:
             for artefact in ops_run["artifacts"]:
                 head = (artefact.get("head_after") or "")[:12]
                 branch = f"rein/{ops_run['id']}/{ops_run['attempt']}"
-                repository = repositories / (artefact.get("target_repo") or ops_run["target_repo"])
+                target = artefact.get("target_repo") or ops_run["target_repo"]
+                repository = self.mirrors / f"{target}.git"
                 self.out.line(f"  artefact {artefact['path']} at commit {head} (branch {branch})")
                 self.out.line(f"  see it:  git -C {repository} show {branch}:{artefact['path']}")
             if ops_run["last_error"]:

@@ -1,4 +1,6 @@
-"""Local git repositories for the worker to execute in: created with one commit.
+"""The demo's git repositories, created with one commit: the "forge" the worker fetches
+from (a bare repository served over `file://`, as a forge serves one over https), or a
+plain checkout.
 
 The identity and configuration are fixed here, so neither the user's git config nor a
 missing one changes what is created.
@@ -7,11 +9,12 @@ missing one changes what is created.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["GitFailed", "git", "init_repository"]
+__all__ = ["GitFailed", "git", "init_bare_repository", "init_repository"]
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "ops-demo",
@@ -67,3 +70,26 @@ def init_repository(path: Path, files: Mapping[str, str], *, message: str = "ini
     git(path, "add", "--", *files)
     git(path, "commit", "-q", "-m", message)
     return git(path, "rev-parse", "HEAD")
+
+
+def init_bare_repository(path: Path, files: Mapping[str, str], *, message: str = "initial") -> str:
+    """A bare repository at `path` whose default branch main holds `files` in one commit;
+    its head. An existing bare repository with a commit is left as it is (the demo's
+    state is reused across runs)."""
+    if (path / "HEAD").is_file():
+        try:
+            return git(path, "rev-parse", "--verify", "HEAD^{commit}")
+        except GitFailed:
+            pass
+    if path.exists():
+        shutil.rmtree(path)
+    staging = path.with_name(f".{path.name}.staging")
+    if staging.exists():
+        shutil.rmtree(staging)
+    try:
+        init_repository(staging, files, message=message)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git(path.parent, "clone", "--quiet", "--bare", "--no-local", str(staging), str(path))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return git(path, "rev-parse", "--verify", "HEAD^{commit}")

@@ -245,6 +245,9 @@ class WorkerConfig:
     state_dir: Path
     profiles: Path
     repositories_root: Path
+    # remote mode: REIN_AHARNESS_REPOSITORY_URL (a `{target_repo}` template) and its token file
+    repository_url: str | None = None
+    repository_token_file: Path | None = None
     event_sink_url: str | None = None
     lease_seconds: int | None = None
     wait_seconds: int | None = None
@@ -263,6 +266,8 @@ class WorkerConfig:
             "REIN_AHARNESS_REPOSITORIES_ROOT": str(self.repositories_root),
         }
         optional = {
+            "REIN_AHARNESS_REPOSITORY_URL": self.repository_url,
+            "REIN_AHARNESS_REPOSITORY_TOKEN_FILE": self.repository_token_file,
             "REIN_AHARNESS_EVENT_SINK_URL": self.event_sink_url,
             "REIN_AHARNESS_LEASE_SECONDS": self.lease_seconds,
             "REIN_AHARNESS_WAIT_SECONDS": self.wait_seconds,
