@@ -5,6 +5,7 @@ never reaches an approach, a file or a log, and classified fetch failures."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -446,6 +447,42 @@ async def test_a_fetch_over_the_bound_is_stopped_and_the_mirror_stays_usable(
 
     assert await fetch_baseline(mirror, _source(git_server, tmp_path)) == large
     git(mirror.path, "fsck", "--strict", "--no-dangling")
+
+
+async def test_an_oversized_fetch_is_killed_while_it_runs(
+    repos: Repos, tmp_path: Path, git_server: GitServer
+) -> None:
+    """Not only undone afterwards: the mirror's packs never grow far past the bound."""
+    git_server.create_repository(TARGET, FILES)
+    mirror = await ensure_mirror(repos.root, TARGET)
+    await fetch_baseline(mirror, _source(git_server, tmp_path))
+    git_server.push_large(TARGET, 64)
+    packs = mirror.common_dir / "objects" / "pack"
+
+    def size() -> int:
+        return sum(entry.stat().st_size for entry in os.scandir(packs) if entry.is_file())
+
+    start, largest = size(), 0
+    failure: list[FetchFailed] = []
+    done = anyio.Event()
+
+    async def fetch() -> None:
+        try:
+            await fetch_baseline(mirror, _source(git_server, tmp_path, max_bytes=1 << 20))
+        except FetchFailed as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(fetch)
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                largest = max(largest, size() - start)
+            await anyio.sleep(0.005)
+    assert [f.kind for f in failure] == ["too_large"]
+    assert largest < 24 << 20, f"the packs grew by {largest >> 20} MB before the kill"
+    assert size() == start
 
 
 _FETCHER = textwrap.dedent(
