@@ -19,9 +19,10 @@ from typing import Any
 
 import anyio
 import asyncpg
+import httpx
 import pytest
 
-from ac_testkit import SeededQueue
+from ac_testkit import OPERATOR_TOKEN, SeededQueue
 from ops_testsupport.git_server import GitServer
 from rein_aharness.gateway import LocalGlasGateway
 from rein_aharness.profiles import load_catalogue
@@ -101,6 +102,18 @@ def _no_worktrees(tmp_path: Path, repos: Repos) -> None:
     mirror = _mirror(repos)
     if mirror.exists():
         assert len(Repos.worktrees(mirror)) == 1  # the bare mirror itself
+
+
+async def _explained(activity_core: ActivityCore, run_id: uuid.UUID) -> str:
+    """The details of activity-core's explain view for the run, joined."""
+    async with httpx.AsyncClient(
+        transport=activity_core.transport(), base_url="http://ac.test"
+    ) as http:
+        response = await http.get(
+            f"/ops-runs/{run_id}/explain", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        )
+    assert response.status_code == 200, response.text
+    return " | ".join(reason["detail"] for reason in response.json()["reasons"])
 
 
 def _failures(runtime: WorkerRuntime, reason: str) -> float:
@@ -309,6 +322,7 @@ async def test_an_unavailable_remote_reopens_the_attempt_and_the_worker_goes_on(
         assert row["last_error"].startswith("repository_unavailable: "), row["last_error"]
         if fault == "stall_fetch":
             assert "timed out after 2 s" in row["last_error"]
+        assert "the last error: repository_unavailable: " in await _explained(activity_core, run_id)
         assert _failures(runtime, "repository_unavailable") == 1
         _no_worktrees(tmp_path, repos)
 
@@ -352,6 +366,7 @@ async def test_refused_credentials_and_unknown_repositories_fail_without_reopen(
         row = await activity_core.row(run_id)
         assert row["state"] == "failed"
         assert row["last_error"].startswith(reason), row["last_error"]
+        assert f"will not run again: {reason}" in await _explained(activity_core, run_id)
         assert _failures(runtime, reason.removesuffix(": ")) == 1
         [report] = runtime.worker.reports
         assert report.close is not None and report.close.disposition == "applied"
