@@ -72,7 +72,8 @@ class ReinAharnessSettings(BaseSettings):
                                         HEAD, nothing fetched
     REIN_AHARNESS_REPOSITORY_TOKEN_FILE a file holding the remote's token (the password
                                         git's credential helper answers with); read at
-                                        each fetch, only its path is kept
+                                        each fetch, only its path is kept (a
+                                        REIN_AHARNESS_REPOSITORY_TOKEN is refused)
     REIN_AHARNESS_REPOSITORY_USERNAME   the user name sent with that token (x-token)
     REIN_AHARNESS_FETCH_TIMEOUT_SECONDS how long one attempt's fetch may take, 1..3600 (120)
     REIN_AHARNESS_FETCH_MAX_MB          how much one fetch may add to a mirror's objects,
@@ -264,6 +265,12 @@ def load_settings() -> ReinAharnessSettings:
     environ = {name.upper(): value for name, value in os.environ.items()}
     problems: list[str] = []
     from_files: dict[str, Any] = {}
+    if environ.get("REIN_AHARNESS_REPOSITORY_TOKEN", "").strip():
+        # Never read from the environment (it would sit in every child's): only a file.
+        problems.append(
+            "REIN_AHARNESS_REPOSITORY_TOKEN: not read; put the token in a file and set "
+            "REIN_AHARNESS_REPOSITORY_TOKEN_FILE"
+        )
     for variable in SECRET_VARIABLES:
         try:
             value = _secret_from_file(variable, environ)

@@ -5,6 +5,7 @@ never reaches an approach, a file or a log, and classified fetch failures."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -18,9 +19,10 @@ from typing import Any
 
 import anyio
 import asyncpg
+import httpx
 import pytest
 
-from ac_testkit import SeededQueue
+from ac_testkit import OPERATOR_TOKEN, SeededQueue
 from ops_testsupport.git_server import GitServer
 from rein_aharness.gateway import LocalGlasGateway
 from rein_aharness.profiles import load_catalogue
@@ -100,6 +102,18 @@ def _no_worktrees(tmp_path: Path, repos: Repos) -> None:
     mirror = _mirror(repos)
     if mirror.exists():
         assert len(Repos.worktrees(mirror)) == 1  # the bare mirror itself
+
+
+async def _explained(activity_core: ActivityCore, run_id: uuid.UUID) -> str:
+    """The details of activity-core's explain view for the run, joined."""
+    async with httpx.AsyncClient(
+        transport=activity_core.transport(), base_url="http://ac.test"
+    ) as http:
+        response = await http.get(
+            f"/ops-runs/{run_id}/explain", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+        )
+    assert response.status_code == 200, response.text
+    return " | ".join(reason["detail"] for reason in response.json()["reasons"])
 
 
 def _failures(runtime: WorkerRuntime, reason: str) -> float:
@@ -308,6 +322,7 @@ async def test_an_unavailable_remote_reopens_the_attempt_and_the_worker_goes_on(
         assert row["last_error"].startswith("repository_unavailable: "), row["last_error"]
         if fault == "stall_fetch":
             assert "timed out after 2 s" in row["last_error"]
+        assert "the last error: repository_unavailable: " in await _explained(activity_core, run_id)
         assert _failures(runtime, "repository_unavailable") == 1
         _no_worktrees(tmp_path, repos)
 
@@ -351,6 +366,7 @@ async def test_refused_credentials_and_unknown_repositories_fail_without_reopen(
         row = await activity_core.row(run_id)
         assert row["state"] == "failed"
         assert row["last_error"].startswith(reason), row["last_error"]
+        assert f"will not run again: {reason}" in await _explained(activity_core, run_id)
         assert _failures(runtime, reason.removesuffix(": ")) == 1
         [report] = runtime.worker.reports
         assert report.close is not None and report.close.disposition == "applied"
@@ -446,6 +462,42 @@ async def test_a_fetch_over_the_bound_is_stopped_and_the_mirror_stays_usable(
 
     assert await fetch_baseline(mirror, _source(git_server, tmp_path)) == large
     git(mirror.path, "fsck", "--strict", "--no-dangling")
+
+
+async def test_an_oversized_fetch_is_killed_while_it_runs(
+    repos: Repos, tmp_path: Path, git_server: GitServer
+) -> None:
+    """Not only undone afterwards: the mirror's packs never grow far past the bound."""
+    git_server.create_repository(TARGET, FILES)
+    mirror = await ensure_mirror(repos.root, TARGET)
+    await fetch_baseline(mirror, _source(git_server, tmp_path))
+    git_server.push_large(TARGET, 64)
+    packs = mirror.common_dir / "objects" / "pack"
+
+    def size() -> int:
+        return sum(entry.stat().st_size for entry in os.scandir(packs) if entry.is_file())
+
+    start, largest = size(), 0
+    failure: list[FetchFailed] = []
+    done = anyio.Event()
+
+    async def fetch() -> None:
+        try:
+            await fetch_baseline(mirror, _source(git_server, tmp_path, max_bytes=1 << 20))
+        except FetchFailed as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(fetch)
+        while not done.is_set():
+            with contextlib.suppress(OSError):
+                largest = max(largest, size() - start)
+            await anyio.sleep(0.005)
+    assert [f.kind for f in failure] == ["too_large"]
+    assert largest < 24 << 20, f"the packs grew by {largest >> 20} MB before the kill"
+    assert size() == start
 
 
 _FETCHER = textwrap.dedent(

@@ -175,3 +175,11 @@ def test_an_unusable_token_file_is_refused_without_echoing_it(
         load_settings()
     assert "REIN_AHARNESS_REPOSITORY_TOKEN_FILE: " in str(raised.value)
     assert "lines" not in str(raised.value) and "padded" not in str(raised.value)
+
+
+def test_a_repository_token_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN", "tok-in-env")
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert "REIN_AHARNESS_REPOSITORY_TOKEN: not read" in str(raised.value)
+    assert "tok-in-env" not in str(raised.value)
