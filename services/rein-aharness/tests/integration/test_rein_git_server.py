@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from ops_testsupport.git_server import GitServer
+from ops_testsupport.git_server import GitServer, running_git_server
 
 REPO = "acme/widgets"
 
@@ -277,6 +278,9 @@ def test_git_push_lands_on_the_server(git_server: GitServer, clone: Path) -> Non
     assert refs["refs/heads/main"] == git_server.head(REPO) != local
     pushes = [r for r in git_server.requests if r.path.endswith("/git-receive-pack")]
     assert pushes and pushes[-1].status == 200 and pushes[-1].user == git_server.username
+    # enabled per repository, so a push does not depend on http-backend's REMOTE_USER rule
+    bare = git_server.root / f"{REPO}.git"
+    assert ok(bare, "config", "--bool", "http.receivepack") == "true"
 
 
 def test_a_large_push_streams_a_chunked_body_in(git_server: GitServer, clone: Path) -> None:
@@ -315,6 +319,118 @@ def test_a_gzip_negotiation_is_understood(git_server: GitServer, clone: Path) ->
     assert ok(clone, "rev-parse", "origin/main") == new
     gzipped = [r for r in git_server.requests if r.content_encoding == "gzip"]
     assert gzipped and all(r.status == 200 for r in gzipped)
+
+
+def test_two_clones_at_once_both_get_the_head(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    git_server.create_repository(REPO, {"README.md": "hello\n"})
+    head = git_server.push_large(REPO, 2)  # long enough a transfer for the two to overlap
+    command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
+
+    clones = [
+        subprocess.Popen(
+            [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for number in range(2)
+    ]
+    outcomes = [clone.communicate(timeout=60) for clone in clones]
+
+    assert [clone.returncode for clone in clones] == [0, 0], outcomes
+    for number in range(2):
+        assert ok(tmp_path / f"work-{number}", "rev-parse", "HEAD") == head
+    packs = [r for r in git_server.requests if r.method == "POST" and r.status == 200]
+    assert len(packs) >= 4  # ls-refs and fetch, for each
+
+
+def test_two_clients_are_served_at_the_same_time(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    head = git_server.create_repository(REPO)
+    # each clone stalls twice (ls-refs, fetch): 2 s alone, 4 s if the server took turns
+    git_server.stall_fetch = 1
+    command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
+    started = time.monotonic()
+
+    clones = [
+        subprocess.Popen(
+            [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for number in range(2)
+    ]
+    codes = [clone.wait(timeout=60) for clone in clones]
+
+    assert codes == [0, 0]
+    assert time.monotonic() - started < 3.5
+    assert all(ok(tmp_path / f"work-{n}", "rev-parse", "HEAD") == head for n in range(2))
+
+
+def test_a_switch_flipped_back_serves_again(git_server: GitServer, clone: Path) -> None:
+    git_server.status = 500
+    failed = git(clone, "fetch", "origin", credentials=_credentials_of(clone))
+    assert failed.returncode != 0 and "500" in failed.stderr
+
+    git_server.status = None
+    new = git_server.push_commit(REPO, {"README.md": "again\n"})
+    ok(clone, "fetch", "origin", credentials=_credentials_of(clone))
+
+    assert ok(clone, "rev-parse", "origin/main") == new
+    assert [r.status for r in git_server.requests_to(REPO)][-1] == 200
+
+
+def test_a_bad_content_length_is_400_not_a_traceback(git_server: GitServer) -> None:
+    git_server.create_repository(REPO)
+    host, port = git_server.base_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.putrequest("POST", f"/{REPO}.git/git-upload-pack")
+        connection.putheader("Content-Length", "-5")
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 400
+        assert response.read() == b"bad Content-Length\n"
+    finally:
+        connection.close()
+
+
+def test_the_server_stops_even_with_a_stalled_fetch(tmp_path: Path) -> None:
+    with running_git_server(tmp_path / "repos") as server:
+        server.create_repository(REPO)
+        server.stall_fetch = 60
+        credentials = _helper(server.username, server.write_token_file(tmp_path / "secrets"))
+        fetch = subprocess.Popen(
+            ["git", "-c", f"credential.helper={credentials}", "clone", server.url(REPO), "w"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not any(r.status == 200 for r in server.requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(r.status == 200 for r in server.requests), "the clone got to its fetch"
+        time.sleep(1)  # its upload-pack POST, which stalls, follows the 200 within this
+        started = time.monotonic()
+    stopped_after = time.monotonic() - started
+    try:
+        assert stopped_after < 5
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=2).close()
+        # the stalled answer is dropped, not sent late: the client fails now
+        assert fetch.wait(timeout=5) != 0
+    finally:
+        fetch.kill()
+        fetch.wait(timeout=10)
 
 
 def _credentials_of(clone: Path) -> str:
