@@ -443,6 +443,11 @@ class _Handler(BaseHTTPRequestHandler):
             feeder.start()
             try:
                 self._relay(stdout, drop=drop)
+            except (ConnectionError, TimeoutError):
+                # the client went away (its low-speed limit, a timeout): not the server's
+                # error, and nobody reads what the backend still has to say
+                self.close_connection = True
+                drop = True
             finally:
                 if drop:
                     backend.kill()
