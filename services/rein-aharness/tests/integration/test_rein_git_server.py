@@ -376,6 +376,55 @@ def test_two_clients_are_served_at_the_same_time(
     assert all(ok(tmp_path / f"work-{n}", "rev-parse", "HEAD") == head for n in range(2))
 
 
+def test_a_client_gone_mid_answer_leaves_the_server_serving(
+    git_server: GitServer, credentials: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    git_server.create_repository(REPO)
+    head = git_server.push_large(REPO, 16)  # far more than the socket buffers hold
+    host, port = git_server.base_url.removeprefix("http://").split(":")
+    wants = f"want {head}\n"
+    body = f"{len(wants) + 4:04x}{wants}00000009done\n".encode()  # protocol v0 pkt-lines
+    pair = f"{git_server.username}:{git_server.token}".encode()
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request(
+        "POST",
+        f"/{REPO}.git/git-upload-pack",
+        body=body,
+        headers={
+            "Authorization": "Basic " + base64.b64encode(pair).decode(),
+            "Content-Type": "application/x-git-upload-pack-request",
+        },
+    )
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.read(8)  # the pack is on its way
+    connection.close()  # and nobody reads the rest
+
+    # the backend is killed, not left blocked on a pipe nobody reads
+    deadline = time.monotonic() + 5
+    while _http_backends() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _http_backends()
+    ok(tmp_path, "clone", "-q", git_server.url(REPO), "work", credentials=credentials)
+    assert ok(tmp_path / "work", "rev-parse", "HEAD") == head
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def _http_backends() -> list[int]:
+    """This process's `git http-backend` children that are still running (not zombies)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        state, ppid = fields[0], int(fields[1])
+        if ppid == os.getpid() and state != "Z" and b"http-backend" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def test_a_switch_flipped_back_serves_again(git_server: GitServer, clone: Path) -> None:
     git_server.status = 500
     failed = git(clone, "fetch", "origin", credentials=_credentials_of(clone))
