@@ -101,7 +101,26 @@ def test_a_clone_with_the_token_has_the_server_head(
     assert (work / "src" / "app.py").read_text() == "x = 1\n"
     served = [r for r in git_server.requests if r.status == 200]
     assert served and all(r.user == git_server.username for r in served)
-    assert any(r.method == "POST" and r.path.endswith("/git-upload-pack") for r in served)
+    # protocol v2 (the Git-Protocol header reached the backend): ls-refs, then fetch
+    assert len([r for r in served if r.path.endswith("/git-upload-pack")]) == 2
+
+
+def test_a_protocol_v0_client_clones_and_pushes_too(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    # v2 is git's default; v0 is a different exchange (no ls-refs, the pack in one POST)
+    head = git_server.create_repository(REPO)
+    v0 = ["-c", "protocol.version=0"]
+
+    ok(tmp_path, *v0, "clone", git_server.url(REPO), "work", credentials=credentials)
+    work = tmp_path / "work"
+    ok(work, "commit", "-q", "--allow-empty", "-m", "v0")
+    ok(work, *v0, "push", "origin", "HEAD:refs/heads/v0", credentials=credentials)
+
+    assert ok(work, "rev-parse", "HEAD^") == head
+    assert git_server.refs(REPO)["refs/heads/v0"] == ok(work, "rev-parse", "HEAD")
+    uploads = [r for r in git_server.requests if r.path.endswith("/git-upload-pack")]
+    assert len(uploads) == 1  # v2 would have asked twice (ls-refs, then fetch)
 
 
 def test_the_token_file_holds_the_token_alone_and_is_private(
