@@ -355,29 +355,34 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._answer(git, path, query, user)
 
-    def _answer(self, git: GitServer, path: str, query: str, user: str | None) -> int:
+    def _answer(self, git: GitServer, path: str, query: str, user: str | None) -> None:
         if git.status is not None:
-            return self._plain(git.status, f"status switched to {git.status}\n")
+            self._plain(git.status, f"status switched to {git.status}\n")
+            return
         # the path's shape first: nothing outside root/<owner>/<name>.git, whoever asks
         decoded = urllib.parse.unquote(path)
         matched = _REQUEST_PATH.match(decoded)
         if matched is None or ".." in decoded.split("/"):
-            return self._plain(404, "not found\n")
+            self._plain(404, "not found\n")
+            return
         if git.refuse_credentials or user is None:
             challenge = {"WWW-Authenticate": 'Basic realm="git"'}
-            return self._plain(401, "authentication required\n", challenge)
+            self._plain(401, "authentication required\n", challenge)
+            return
         owner, name, rest = matched.groups()
         bare = git.root / owner / f"{name}.git"
         if not bare.is_dir() or bare.resolve().parent.parent != git.root.resolve():
-            return self._plain(404, "repository not found\n")
+            self._plain(404, "repository not found\n")
+            return
         upload_pack = self.command == "POST" and rest == "/git-upload-pack"
-        if upload_pack and git.stall_fetch is not None:
-            git._stopping.wait(git.stall_fetch)
-        return self._cgi(
+        if upload_pack and git.stall_fetch is not None and git._stopping.wait(git.stall_fetch):
+            self.close_connection = True  # stopped while stalled: no answer at all
+            return
+        self._cgi(
             git, f"/{owner}/{name}.git{rest}", query, user, drop=upload_pack and git.drop_fetch
         )
 
-    def _plain(self, status: int, body: str, headers: dict[str, str] | None = None) -> int:
+    def _plain(self, status: int, body: str, headers: dict[str, str] | None = None) -> None:
         """A short answer that closes the connection. The request body is read first: a
         socket closed on unread data resets, and the client may lose the answer."""
         with contextlib.suppress(OSError, ValueError):
@@ -393,14 +398,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.close_connection = True
-        return status
 
     def _body_shape(self) -> tuple[int, bool]:
         """The request body's length (checked digits by `_serve`) and whether it is chunked."""
         chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
         return int(self.headers.get("Content-Length") or 0), chunked
 
-    def _cgi(self, git: GitServer, path_info: str, query: str, user: str, *, drop: bool) -> int:
+    def _cgi(self, git: GitServer, path_info: str, query: str, user: str, *, drop: bool) -> None:
         length, chunked = self._body_shape()
         env = {
             **git._env,
@@ -438,7 +442,12 @@ class _Handler(BaseHTTPRequestHandler):
             feeder = threading.Thread(target=self._feed, args=(stdin, length, chunked), daemon=True)
             feeder.start()
             try:
-                return self._relay(stdout, drop=drop)
+                self._relay(stdout, drop=drop)
+            except (ConnectionError, TimeoutError):
+                # the client went away (its low-speed limit, a timeout): not the server's
+                # error, and nobody reads what the backend still has to say
+                self.close_connection = True
+                drop = True
             finally:
                 if drop:
                     backend.kill()
@@ -477,7 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
                 yield data
             self.rfile.readline(16)  # the CRLF after the chunk
 
-    def _relay(self, stdout: io.BufferedReader, *, drop: bool) -> int:
+    def _relay(self, stdout: io.BufferedReader, *, drop: bool) -> None:
         """The backend's CGI answer as HTTP: `Status:` and the headers, then the body, chunked
         unless the backend gave a Content-Length. With `drop`, the socket closes partway
         through the body."""
@@ -502,12 +511,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if drop:
             self._drop(stdout, sized)
-            return status
+            return
         while data := stdout.read1(_CHUNK):
             self.wfile.write(data if sized else b"%x\r\n%s\r\n" % (len(data), data))
         if not sized:
             self.wfile.write(b"0\r\n\r\n")
-        return status
 
     def _drop(self, stdout: io.BufferedReader, sized: bool) -> None:
         data = stdout.read(_DROPPED_AFTER)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from ops_testsupport.git_server import GitServer
+from ops_testsupport.git_server import GitServer, running_git_server
 
 REPO = "acme/widgets"
 
@@ -44,16 +45,20 @@ def _helper(username: str, token_file: Path) -> str:
 
 
 def git(
-    cwd: Path, *args: str, credentials: str | None = None, timeout: float = 60
+    cwd: Path,
+    *args: str,
+    credentials: str | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """A git client call (not checked: tests look at the outcome)."""
+    """A git client call (not checked: tests look at the outcome); `env` adds variables."""
     config = ["-c", "credential.helper="]  # none inherited
     if credentials is not None:
         config += ["-c", f"credential.helper={credentials}"]
     return subprocess.run(
         ["git", *config, *args],
         cwd=cwd,
-        env=_client_env(),
+        env={**_client_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -61,8 +66,10 @@ def git(
     )
 
 
-def ok(cwd: Path, *args: str, credentials: str | None = None) -> str:
-    done = git(cwd, *args, credentials=credentials)
+def ok(
+    cwd: Path, *args: str, credentials: str | None = None, env: dict[str, str] | None = None
+) -> str:
+    done = git(cwd, *args, credentials=credentials, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -94,7 +101,26 @@ def test_a_clone_with_the_token_has_the_server_head(
     assert (work / "src" / "app.py").read_text() == "x = 1\n"
     served = [r for r in git_server.requests if r.status == 200]
     assert served and all(r.user == git_server.username for r in served)
-    assert any(r.method == "POST" and r.path.endswith("/git-upload-pack") for r in served)
+    # protocol v2 (the Git-Protocol header reached the backend): ls-refs, then fetch
+    assert len([r for r in served if r.path.endswith("/git-upload-pack")]) == 2
+
+
+def test_a_protocol_v0_client_clones_and_pushes_too(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    # v2 is git's default; v0 is a different exchange (no ls-refs, the pack in one POST)
+    head = git_server.create_repository(REPO)
+    v0 = ["-c", "protocol.version=0"]
+
+    ok(tmp_path, *v0, "clone", git_server.url(REPO), "work", credentials=credentials)
+    work = tmp_path / "work"
+    ok(work, "commit", "-q", "--allow-empty", "-m", "v0")
+    ok(work, *v0, "push", "origin", "HEAD:refs/heads/v0", credentials=credentials)
+
+    assert ok(work, "rev-parse", "HEAD^") == head
+    assert git_server.refs(REPO)["refs/heads/v0"] == ok(work, "rev-parse", "HEAD")
+    uploads = [r for r in git_server.requests if r.path.endswith("/git-upload-pack")]
+    assert len(uploads) == 1  # v2 would have asked twice (ls-refs, then fetch)
 
 
 def test_the_token_file_holds_the_token_alone_and_is_private(
@@ -218,7 +244,9 @@ def test_a_stalled_fetch_times_out_at_the_clients_low_speed_limit(
     git_server: GitServer, clone: Path
 ) -> None:
     git_server.push_commit(REPO, {"README.md": "changed\n"})
-    git_server.stall_fetch = 5
+    # curl gives up some 3 s in (it checks the speed once a second); the stall is long
+    # enough that a slow machine still sees the client give up, not a late answer
+    git_server.stall_fetch = 10
     started = time.monotonic()
 
     done = git(
@@ -235,7 +263,7 @@ def test_a_stalled_fetch_times_out_at_the_clients_low_speed_limit(
 
     elapsed = time.monotonic() - started
     assert done.returncode != 0
-    assert elapsed < 5, "the client gave up before the server answered"
+    assert elapsed < 10, "the client gave up before the server answered"
     assert "Operation too slow" in done.stderr or "timed out" in done.stderr.lower()
 
 
@@ -277,6 +305,9 @@ def test_git_push_lands_on_the_server(git_server: GitServer, clone: Path) -> Non
     assert refs["refs/heads/main"] == git_server.head(REPO) != local
     pushes = [r for r in git_server.requests if r.path.endswith("/git-receive-pack")]
     assert pushes and pushes[-1].status == 200 and pushes[-1].user == git_server.username
+    # enabled per repository, so a push does not depend on http-backend's REMOTE_USER rule
+    bare = git_server.root / f"{REPO}.git"
+    assert ok(bare, "config", "--bool", "http.receivepack") == "true"
 
 
 def test_a_large_push_streams_a_chunked_body_in(git_server: GitServer, clone: Path) -> None:
@@ -302,12 +333,17 @@ def test_a_large_upstream_commit_arrives_whole(git_server: GitServer, clone: Pat
 
 
 def test_a_gzip_negotiation_is_understood(git_server: GitServer, clone: Path) -> None:
-    # Many local commits the server does not have: the fetch's `have` lines pass 1 KiB,
-    # and git gzips a request body that large.
+    # Many local commits the server does not have: after a first round of 16 `have`s
+    # with none in common, the next round's pass 1 KiB, and git gzips a body that large.
+    # Their dates are later than the server's commits, so the walk (newest first) offers
+    # them before the common one: made in the same second, the common commit could come
+    # in the first round, end the negotiation there and leave every body small.
+    later = int(time.time()) + 3600
     for number in range(60):
         (clone / "local.txt").write_text(f"{number}\n")
+        date = {"GIT_COMMITTER_DATE": f"{later + number} +0000"}
         ok(clone, "add", "local.txt")
-        ok(clone, "commit", "-q", "-m", f"local {number}")
+        ok(clone, "commit", "-q", "-m", f"local {number}", env=date)
     new = git_server.push_commit(REPO, {"upstream.txt": "upstream\n"})
 
     ok(clone, "fetch", "origin", credentials=_credentials_of(clone))
@@ -315,6 +351,167 @@ def test_a_gzip_negotiation_is_understood(git_server: GitServer, clone: Path) ->
     assert ok(clone, "rev-parse", "origin/main") == new
     gzipped = [r for r in git_server.requests if r.content_encoding == "gzip"]
     assert gzipped and all(r.status == 200 for r in gzipped)
+
+
+def test_two_clones_at_once_both_get_the_head(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    git_server.create_repository(REPO, {"README.md": "hello\n"})
+    head = git_server.push_large(REPO, 2)  # long enough a transfer for the two to overlap
+    command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
+
+    clones = [
+        subprocess.Popen(
+            [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for number in range(2)
+    ]
+    outcomes = [clone.communicate(timeout=60) for clone in clones]
+
+    assert [clone.returncode for clone in clones] == [0, 0], outcomes
+    for number in range(2):
+        assert ok(tmp_path / f"work-{number}", "rev-parse", "HEAD") == head
+    packs = [r for r in git_server.requests if r.method == "POST" and r.status == 200]
+    assert len(packs) >= 4  # ls-refs and fetch, for each
+
+
+def test_two_clients_are_served_at_the_same_time(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    head = git_server.create_repository(REPO)
+    # each clone stalls twice (ls-refs, fetch): 3 s alone, 6 s if the server took turns
+    git_server.stall_fetch = 1.5
+    command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
+    started = time.monotonic()
+
+    clones = [
+        subprocess.Popen(
+            [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for number in range(2)
+    ]
+    codes = [clone.wait(timeout=60) for clone in clones]
+
+    assert codes == [0, 0]
+    assert time.monotonic() - started < 5
+    assert all(ok(tmp_path / f"work-{n}", "rev-parse", "HEAD") == head for n in range(2))
+
+
+def test_a_client_gone_mid_answer_leaves_the_server_serving(
+    git_server: GitServer, credentials: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    git_server.create_repository(REPO)
+    head = git_server.push_large(REPO, 16)  # far more than the socket buffers hold
+    host, port = git_server.base_url.removeprefix("http://").split(":")
+    wants = f"want {head}\n"
+    body = f"{len(wants) + 4:04x}{wants}00000009done\n".encode()  # protocol v0 pkt-lines
+    pair = f"{git_server.username}:{git_server.token}".encode()
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.request(
+        "POST",
+        f"/{REPO}.git/git-upload-pack",
+        body=body,
+        headers={
+            "Authorization": "Basic " + base64.b64encode(pair).decode(),
+            "Content-Type": "application/x-git-upload-pack-request",
+        },
+    )
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.read(8)  # the pack is on its way
+    connection.close()  # and nobody reads the rest
+
+    # the backend is killed, not left blocked on a pipe nobody reads
+    deadline = time.monotonic() + 5
+    while _http_backends() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _http_backends()
+    ok(tmp_path, "clone", "-q", git_server.url(REPO), "work", credentials=credentials)
+    assert ok(tmp_path / "work", "rev-parse", "HEAD") == head
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def _http_backends() -> list[int]:
+    """This process's `git http-backend` children that are still running (not zombies)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        state, ppid = fields[0], int(fields[1])
+        if ppid == os.getpid() and state != "Z" and b"http-backend" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_switch_flipped_back_serves_again(git_server: GitServer, clone: Path) -> None:
+    git_server.status = 500
+    failed = git(clone, "fetch", "origin", credentials=_credentials_of(clone))
+    assert failed.returncode != 0 and "500" in failed.stderr
+
+    git_server.status = None
+    new = git_server.push_commit(REPO, {"README.md": "again\n"})
+    ok(clone, "fetch", "origin", credentials=_credentials_of(clone))
+
+    assert ok(clone, "rev-parse", "origin/main") == new
+    assert [r.status for r in git_server.requests_to(REPO)][-1] == 200
+
+
+def test_a_bad_content_length_is_400_not_a_traceback(git_server: GitServer) -> None:
+    git_server.create_repository(REPO)
+    host, port = git_server.base_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.putrequest("POST", f"/{REPO}.git/git-upload-pack")
+        connection.putheader("Content-Length", "-5")
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 400
+        assert response.read() == b"bad Content-Length\n"
+    finally:
+        connection.close()
+
+
+def test_the_server_stops_even_with_a_stalled_fetch(tmp_path: Path) -> None:
+    with running_git_server(tmp_path / "repos") as server:
+        server.create_repository(REPO)
+        server.stall_fetch = 60
+        credentials = _helper(server.username, server.write_token_file(tmp_path / "secrets"))
+        fetch = subprocess.Popen(
+            ["git", "-c", f"credential.helper={credentials}", "clone", server.url(REPO), "w"],
+            cwd=tmp_path,
+            env=_client_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not any(r.status == 200 for r in server.requests) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(r.status == 200 for r in server.requests), "the clone got to its fetch"
+        time.sleep(1)  # its upload-pack POST, which stalls, follows the 200 within this
+        started = time.monotonic()
+    stopped_after = time.monotonic() - started
+    try:
+        assert stopped_after < 5
+        host, port = server.base_url.removeprefix("http://").split(":")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=2).close()
+        # the stalled answer is dropped, not sent late: the client fails now
+        assert fetch.wait(timeout=5) != 0
+    finally:
+        fetch.kill()
+        fetch.wait(timeout=10)
 
 
 def _credentials_of(clone: Path) -> str:
