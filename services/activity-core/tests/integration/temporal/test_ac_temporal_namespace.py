@@ -140,7 +140,7 @@ async def test_sync_worker_and_manual_fire_use_the_configured_namespace(
     try:
         assert worker.stdout is not None
         ready = await asyncio.wait_for(worker.stdout.readline(), timeout=60)
-        assert f"(namespace '{NAMESPACE}')" in ready.decode()
+        assert f"(namespace '{NAMESPACE}'," in ready.decode()
 
         # the schedule's own action, in its namespace
         await elsewhere.get_schedule_handle(f"activity:{slug}").trigger(
