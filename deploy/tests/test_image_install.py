@@ -285,6 +285,9 @@ def test_image_install_commands(service: str, tmp_path: Path) -> None:
             if name:
                 probe_env[name] = value
         probe_env["REIN_AHARNESS_STATE_DIR"] = str(tmp_path / "state")
+        # the repositories volume, mounted in the pod, is a directory of the test's here
+        (tmp_path / "repositories").mkdir()
+        probe_env["REIN_AHARNESS_REPOSITORIES_ROOT"] = str(tmp_path / "repositories")
         probe_env["REIN_AHARNESS_PROFILES"] = str(PROFILES)
         status = subprocess.run(
             [str(venv / "bin" / script), "close-outbox", "status"],
