@@ -30,6 +30,7 @@ __all__ = [
     "load_settings",
     "parse_bind_address",
     "parse_trusted_proxies",
+    "repository_url_error",
     "secrets_from_files",
 ]
 
@@ -68,6 +69,34 @@ def absolute_http_base(value: object) -> str | None:
     if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
         return None
     return value.rstrip("/")
+
+
+def repository_url_error(value: str) -> str | None:
+    """What is wrong with ACTIVITY_CORE_REPOSITORY_URL, or None. The message never repeats
+    the value: a mistaken one may hold a credential."""
+    if "{target_repo}" not in value or value.count("{") != 1 or value.count("}") != 1:
+        return (
+            "must contain {target_repo} once (e.g. https://forgejo.example.org/{target_repo}.git)"
+        )
+    if value != value.strip() or any(ord(c) < 0x21 or ord(c) == 0x7F for c in value):
+        return "must not contain spaces or control characters"
+    sample = value.replace("{target_repo}", "owner/name")
+    try:
+        parts = urllib.parse.urlsplit(sample)
+        _ = parts.port
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https", "file"):
+        return "must be an http://, https:// or file:// URL"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return (
+            "must not hold credentials: the token is read from ACTIVITY_CORE_REPOSITORY_TOKEN_FILE"
+        )
+    if parts.query or parts.fragment:
+        return "must not have a query or a fragment"
+    if parts.scheme != "file" and not parts.hostname:
+        return "needs a host"
+    return None
 
 
 def parse_trusted_proxies(text: str) -> tuple[str, ...]:
@@ -151,6 +180,22 @@ class ActivityCoreSettings(BaseSettings):
     forgejo_web_base: str = Field(
         default="https://forgejo.coulomb.social", alias="FORGEJO_WEB_BASE"
     )
+    # Publication (docs/changes.md, POST /ops-runs/{id}/publish; publication/): where the
+    # Temporal worker pushes an operator-approved run's branch. A `{target_repo}` template
+    # (e.g. https://forgejo.example.org/{target_repo}.git; file:///... for the demo); no
+    # credentials in it: the token is read from its file by git's credential helper
+    # (publication/credential_helper.py), never put in a URL, an argv or a config file.
+    # Unset: publishing is refused (the run page says so).
+    repository_url: str | None = Field(default=None, alias="ACTIVITY_CORE_REPOSITORY_URL")
+    repository_token_file: Path | None = Field(
+        default=None, alias="ACTIVITY_CORE_REPOSITORY_TOKEN_FILE"
+    )
+    repository_username: str | None = Field(default=None, alias="ACTIVITY_CORE_REPOSITORY_USERNAME")
+    # Forgejo's API (e.g. https://forgejo.example.org/api/v1) and the file holding its
+    # token: when both are set, a publication opens a pull request against the default
+    # branch. Read per request, never kept in memory longer than one call.
+    forgejo_api_url: str | None = Field(default=None, alias="ACTIVITY_CORE_FORGEJO_API_URL")
+    forgejo_token_file: Path | None = Field(default=None, alias="ACTIVITY_CORE_FORGEJO_TOKEN_FILE")
     temporal_address: str | None = Field(default=None, alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
     temporal_task_queue: str = Field(default="activity-core", alias="TEMPORAL_TASK_QUEUE")
@@ -239,6 +284,52 @@ class ActivityCoreSettings(BaseSettings):
             raise ValueError("needs a fixed port, the one Prometheus scrapes")
         return value
 
+    @field_validator(
+        "repository_url",
+        "repository_username",
+        "forgejo_api_url",
+        "repository_token_file",
+        "forgejo_token_file",
+        mode="before",
+    )
+    @classmethod
+    def _blank_publication_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("repository_url")
+    @classmethod
+    def _repository_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = repository_url_error(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("repository_username")
+    @classmethod
+    def _repository_username(cls, value: str | None) -> str | None:
+        if value is not None and (
+            len(value) > 200 or any(c in value for c in ":@/\\") or not value.isprintable()
+        ):
+            raise ValueError("must be a user name: printable, no : @ / \\, at most 200 characters")
+        return value
+
+    @field_validator("forgejo_api_url")
+    @classmethod
+    def _forgejo_api_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        base = absolute_http_base(value)
+        if base is None:
+            raise ValueError(
+                "must be an absolute http:// or https:// URL without credentials, query or "
+                "fragment (e.g. https://forgejo.example.org/api/v1)"
+            )
+        return base
+
     @field_validator("operators_file", mode="before")
     @classmethod
     def _blank_path_is_unset(cls, value: object) -> object:
@@ -322,6 +413,16 @@ class ActivityCoreSettings(BaseSettings):
         if self.worker_token is not None and self.worker_id is None:
             raise ValueError(
                 "ACTIVITY_CORE_WORKER_ID: required when ACTIVITY_CORE_WORKER_TOKEN is set"
+            )
+        if self.repository_token_file is not None and self.repository_username is None:
+            raise ValueError(
+                "ACTIVITY_CORE_REPOSITORY_USERNAME: required when "
+                "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE is set"
+            )
+        if (self.forgejo_api_url is None) != (self.forgejo_token_file is None):
+            raise ValueError(
+                "ACTIVITY_CORE_FORGEJO_API_URL and ACTIVITY_CORE_FORGEJO_TOKEN_FILE: set both "
+                "(pull requests are opened) or neither"
             )
         if self.db_pool_min > self.db_pool_max:
             raise ValueError("ACTIVITY_CORE_DB_POOL_MIN: must not exceed ACTIVITY_CORE_DB_POOL_MAX")

@@ -1,0 +1,12 @@
+"""Publication of a run's changes: the operator's act (docs/changes.md, Publication).
+
+`start` answers POST /ops-runs/{id}/publish (the pending row, its audit entry and the
+workflow's start in one transaction); `remote_git` fetches, re-checks and pushes
+create-only in a scratch repository; `credential_helper` hands git the token from its
+file; `forgejo` opens the pull request; `record` writes the outcome; `activities` are
+what PublishChangesWorkflow (temporal/publication_workflow.py) runs; `queries` holds the
+SQL of `ops_run_publications`.
+
+This package imports nothing at its top, so `python -I -m
+activity_core.publication.credential_helper` starts quickly and cleanly.
+"""

@@ -1,0 +1,75 @@
+"""Publication test support: a run's history on the real git server, its changes bundle
+(ops_testsupport.changes_bundles, the reference builder), the grant it ran under."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops_contracts import RepositoryGrantV1, parse_repository_grant
+from ops_testsupport.changes_bundles import build_changes_bundle, commit_files
+from ops_testsupport.git_server import GitServer
+
+TARGET_REPO = "research/briefs"
+
+GRANT_RAW = {
+    "version": "1",
+    "allowed_paths": ["briefs/**"],
+    "commit_count": {"min": 1, "max": 3},
+    "publish": False,
+}
+
+
+def grant() -> RepositoryGrantV1:
+    return parse_repository_grant(GRANT_RAW)
+
+
+@dataclass(frozen=True)
+class History:
+    repo: Path  # a clone of the server's repository with the run's commits
+    baseline: str
+    commits: tuple[str, ...]
+
+    @property
+    def tip(self) -> str:
+        return self.commits[-1]
+
+    def bundle(self, run_id: str, attempt: int, **tamper: object) -> bytes:
+        return build_changes_bundle(
+            self.repo,
+            self.baseline,
+            self.tip,
+            run_id,
+            attempt,
+            **tamper,  # type: ignore[arg-type]
+        )
+
+
+def run_history(
+    server: GitServer, work: Path, *, files: dict[str, str | bytes | None] | None = None
+) -> History:
+    """The server's repository TARGET_REPO (created when missing), cloned to `work`, and
+    two commits on top of its head as a run would make them (not pushed)."""
+    bare = server.root / f"{TARGET_REPO}.git"
+    if not bare.exists():
+        server.create_repository(TARGET_REPO)
+    baseline = server.head(TARGET_REPO)
+    subprocess.run(
+        ["git", "clone", "--quiet", str(bare), str(work)],
+        check=True,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"},
+    )
+    first = commit_files(work, {"briefs/one.md": "one\n"}, "brief one")
+    second = commit_files(work, files or {"briefs/two.md": "two\n"}, "brief two")
+    return History(repo=work, baseline=baseline, commits=(first, second))
+
+
+def receive_pack_posts(server: GitServer) -> int:
+    """How many pushes reached the server (each push is one receive-pack POST)."""
+    return sum(
+        1
+        for request in server.requests_to(TARGET_REPO)
+        if request.method == "POST" and request.path.endswith("/git-receive-pack")
+    )
