@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from ac_publication_kit import TARGET_REPO, History, grant, receive_pack_posts, run_history
+
 from activity_core.publication.remote_git import (
     PublishFacts,
     PublishRefused,
@@ -92,7 +92,7 @@ async def test_a_taken_ref_is_refused_and_never_overwritten(
     other = git_server.push_commit(TARGET_REPO, {"other.md": "x\n"})
     git(bare, "update-ref", ref, other)
     git(bare, "update-ref", "refs/heads/main", history.baseline)
-    with pytest.raises(PublishRefused, match="already has .* nothing was overwritten"):
+    with pytest.raises(PublishRefused, match=r"already has .* nothing was overwritten"):
         await push_changes(
             _remote(git_server, tmp_path), history.bundle(run_id, 1), _facts(history, run_id)
         )
