@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from ac_testkit import SeededQueue
 from ops_contracts import RepositoryGrantV1, parse_repository_grant
-from ops_testsupport.changes_bundles import build_changes_bundle, commit_files
+from ops_testsupport.changes_bundles import build_changes_bundle, bundle_digest, commit_files
 from ops_testsupport.git_server import GitServer
 
 TARGET_REPO = "research/briefs"
@@ -73,3 +75,51 @@ def receive_pack_posts(server: GitServer) -> int:
         for request in server.requests_to(TARGET_REPO)
         if request.method == "POST" and request.path.endswith("/git-receive-pack")
     )
+
+
+async def seed_published_candidate(
+    seeded: SeededQueue,
+    history: History,
+    *,
+    attempt: int = 1,
+    bundle: bytes | None = None,
+    title: str = "Research brief for 2026-12-07",
+) -> uuid.UUID:
+    """A succeeded granted run whose evidence is `history`, and its stored changes row,
+    written directly (as the upload would after its checks; a test passes another
+    `bundle` to write what the upload would have refused)."""
+    result = {
+        "ok": True,
+        "head_after": history.tip,
+        "target_repo": TARGET_REPO,
+        "repository_transaction": {
+            "transaction_id": "tx-1",
+            "baseline_digest": history.baseline,
+            "acceptance": "accepted",
+            "accepted_commits": list(history.commits),
+            "accepted_paths": ["briefs/one.md", "briefs/two.md"],
+        },
+    }
+    run_id = await seeded.run(
+        repository_grant=GRANT_RAW,
+        state="succeeded",
+        attempt=attempt,
+        result=result,
+        title=title,
+    )
+    data = bundle if bundle is not None else history.bundle(str(run_id), attempt)
+    await seeded.conn.execute(
+        """INSERT INTO ops_run_changes
+               (run_id, attempt, digest, size, baseline, head_after, commits, paths, bundle)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)""",
+        run_id,
+        attempt,
+        bundle_digest(data),
+        len(data),
+        history.baseline,
+        history.tip,
+        list(history.commits),
+        ["briefs/one.md", "briefs/two.md"],
+        data,
+    )
+    return run_id

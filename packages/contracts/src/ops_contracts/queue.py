@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -60,7 +60,9 @@ __all__ = [
     "HeartbeatRequest",
     "Label",
     "OpsRun",
+    "PublishResponse",
     "RunPage",
+    "RunPublication",
     "WorkerId",
     "label_error",
     "parsed_strict_json",
@@ -216,6 +218,30 @@ class FailRequest(BaseModel):
     _finite_result = field_validator("result")(_require_finite_json)
 
 
+class RunPublication(BaseModel):
+    """An operator's publication of a run's changes (docs/changes.md, Publication):
+    ``pending`` (its workflow runs), ``published`` (``ref`` is on the remote at
+    ``commit``, the run's head_after) or ``failed`` (``error`` says why; nothing was
+    overwritten; publishing again starts anew). A published one's ``error`` says that
+    its pull request could not be opened."""
+
+    state: Literal["pending", "published", "failed"]
+    ref: str
+    commit: str | None = None
+    pull_request_url: str | None = None
+    error: str | None = None
+    requested_by: str
+    requested_at: datetime
+    published_at: datetime | None = None
+
+
+class PublishResponse(BaseModel):
+    """What ``POST /ops-runs/{id}/publish`` answers: the run's publication."""
+
+    run_id: UUID
+    publication: RunPublication
+
+
 class OpsRun(BaseModel):
     """A run projection: every stored field except ``close_intent_digest``.
 
@@ -260,6 +286,11 @@ class OpsRun(BaseModel):
         default=None,
         description="the operator who cancelled the run (its state is then failed); absent "
         "otherwise",
+    )
+    publication: RunPublication | None = Field(
+        default=None,
+        description="the publication of the run's changes an operator asked for; absent "
+        "when none was",
     )
 
 

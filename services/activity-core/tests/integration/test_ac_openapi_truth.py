@@ -51,6 +51,7 @@ from activity_core.http import (
     routes_fire,
     routes_health,
     routes_operator,
+    routes_publication,
     routes_queue,
 )
 from activity_core.http.app import create_app
@@ -77,6 +78,7 @@ OPERATION_IDS = {
     ("post", "/ops-runs/requeue"): "requeueRuns",
     ("post", "/ops-runs/{run_id}/requeue"): "requeueRun",
     ("post", "/ops-runs/{run_id}/cancel"): "cancelRun",
+    ("post", "/ops-runs/{run_id}/publish"): "publishRun",
     ("get", "/ops-runs/{run_id}/explain"): "explainRun",
     ("get", "/ops/runs/summary"): "getRunsSummary",
     ("get", "/ops/runs/dead-letter"): "listDeadLetterRuns",
@@ -105,6 +107,9 @@ SECURITY = {
 # tests under tests/integration/temporal/ produce them against a dev server.
 NEEDS_TEMPORAL = {
     "fireAutomation": {"202"},
+    # a start (202) and a repeat of a pending or published one (200):
+    # temporal/test_ac_publication_workflow.py
+    "publishRun": {"200", "202"},
     "pauseAutomation": {"200"},
     "resumeAutomation": {"200"},
 }
@@ -132,6 +137,7 @@ JSON_ROUTERS = (
     routes_operator.router,
     routes_automations.router,
     routes_fire.router,
+    routes_publication.router,
     routes_automation_pause.router,
     routes_health.router,
 )
@@ -406,6 +412,11 @@ async def _cancel(world: World) -> Request:
     return Request(params={"run_id": await world.run()}, json_body={"reason": "duplicate"})
 
 
+async def _publish(world: World) -> Request:
+    # a succeeded run without stored changes: 409 (one with changes reaches Temporal)
+    return Request(params={"run_id": await world.run(state="succeeded", attempt=1)})
+
+
 async def _automation(world: World) -> Request:
     return Request(params={"automation_id": world.scheduled})
 
@@ -435,6 +446,7 @@ VALID: dict[str, Valid] = {
     "requeueRuns": _requeue_many,
     "requeueRun": _requeue,
     "cancelRun": _cancel,
+    "publishRun": _publish,
     "explainRun": _run_read,
     "getRunsSummary": _nothing,
     "listDeadLetterRuns": _nothing,
@@ -716,6 +728,9 @@ async def _refusal_probes(walk: Walk, world: World, http: httpx.AsyncClient) -> 
         params={"run_id": await world.run()},
         json_body={"reason": " "},
     )
+    await call("publishRun", "no such run", params={"run_id": gone})
+    await call("publishRun", "an open run", params={"run_id": await world.run()})
+    await call("publishRun", "not a uuid", params={"run_id": "not-a-uuid"})
     await call(
         "fireAutomation", "no such automation", params={"automation_id": "no-such"}, json_body={}
     )

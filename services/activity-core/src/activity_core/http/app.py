@@ -29,6 +29,7 @@ from activity_core.http.routes_fire import router as fire_router
 from activity_core.http.routes_health import router as health_router
 from activity_core.http.routes_operator import router as operator_router
 from activity_core.http.routes_operator import runs_router as operator_runs_router
+from activity_core.http.routes_publication import router as publication_router
 from activity_core.http.routes_queue import router as queue_router
 from activity_core.http.routes_ui import router as ui_router
 from activity_core.http.routes_ui_actions import router as ui_actions_router
@@ -162,6 +163,7 @@ def create_app(
         operator_router,
         automations_router,
         fire_router,
+        publication_router,
         automation_pause_router,
         ui_router,
         ui_runs_router,

@@ -50,6 +50,7 @@ ACTION_NAMES: dict[str, str] = {
     "cancel_run": "cancel",
     "expire_leases": "expire-leases",
     "fire": "fire",
+    "publish_run": "publish",
     "pause_automation": "automation.pause",
     "resume_automation": "automation.resume",
 }

@@ -13,7 +13,7 @@ __all__ = [
     "GET_PUBLICATION",
     "LOCK_PUBLICATION",
     "PUBLICATION_COLUMNS",
-    "PUBLICATION_JSON",
+    "PUBLISH_FACTS",
     "PUBLISH_SOURCE",
     "RECORD_FAILED",
     "RECORD_PUBLISHED",
@@ -25,17 +25,6 @@ PUBLICATION_COLUMNS = (
     "run_id, attempt, state, ref, commit, pull_request_url, error, requested_by, "
     "requested_at, published_at, workflow_id"
 )
-
-# The run's `publication` object as one jsonb value, for the run reads that join it
-# (alias `p`); NULL when the run was never published.
-PUBLICATION_JSON = """
-(SELECT jsonb_build_object(
-    'state', p.state, 'ref', p.ref, 'commit', p.commit,
-    'pull_request_url', p.pull_request_url, 'error', p.error,
-    'requested_by', p.requested_by, 'requested_at', p.requested_at,
-    'published_at', p.published_at)
- FROM ops_run_publications p WHERE p.run_id = {alias}.id)
-"""
 
 GET_PUBLICATION = f"SELECT {PUBLICATION_COLUMNS} FROM ops_run_publications WHERE run_id = $1"
 
@@ -56,6 +45,12 @@ FROM ops_runs r
 LEFT JOIN ops_run_changes c ON c.run_id = r.id AND c.attempt = r.attempt
 WHERE r.id = $1
 FOR NO KEY UPDATE OF r
+"""
+
+# What the workflow checks the bundle against: the run's own row, not the changes row.
+PUBLISH_FACTS = """
+SELECT id, state, attempt, title, target_repo, repository_grant, result
+FROM ops_runs WHERE id = $1
 """
 
 # The bundle the workflow re-checks ($1 run_id, $2 attempt).

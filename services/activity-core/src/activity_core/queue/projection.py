@@ -30,4 +30,8 @@ def project(row: asyncpg.Record | dict[str, Any], *, normalized: bool = False) -
         if run["last_error"] is not None:
             run["last_error"] = sanitize_error(run["last_error"])
     run["requeued_as"] = row.get("requeued_as") or []
+    # only the single-run read joins it (GET_RUN); the publication's error is ours
+    publication = row.get("publication")
+    if publication is not None:
+        run["publication"] = publication
     return run

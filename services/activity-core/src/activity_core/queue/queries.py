@@ -336,8 +336,19 @@ _REQUEUED_AS = """
 # $1 id
 REQUEUED_AS = f"SELECT {_REQUEUED_AS.format(alias='r')} FROM ops_runs AS r WHERE r.id = $1"
 
+# The run's publication (ops_run_publications, publication/queries.py writes it) as the
+# run's `publication` object, NULL when nobody asked for one.
+_PUBLICATION = """
+(SELECT jsonb_build_object(
+    'state', p.state, 'ref', p.ref, 'commit', p.commit,
+    'pull_request_url', p.pull_request_url, 'error', p.error,
+    'requested_by', p.requested_by, 'requested_at', p.requested_at,
+    'published_at', p.published_at)
+ FROM ops_run_publications p WHERE p.run_id = r.id) AS publication
+"""
+
 GET_RUN = f"""
-SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}
+SELECT {_qualified("r")}, {_REQUEUED_AS.format(alias="r")}, {_PUBLICATION}
 FROM ops_runs AS r
 WHERE r.id = $1
 """

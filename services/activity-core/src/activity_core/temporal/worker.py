@@ -1,5 +1,6 @@
 """`activity-core temporal-worker`: hosts `RunActivityWorkflow` and its activities on
-TEMPORAL_TASK_QUEUE, with a database pool and the configured IssueSink.
+TEMPORAL_TASK_QUEUE, with a database pool and the configured IssueSink, and
+`PublishChangesWorkflow` (an operator's publication of a run's changes) with its own.
 
 SIGTERM or Ctrl-C stops polling, lets running activities finish (bounded), then closes the
 pool and, if this process started the local dev server, stops it.
@@ -28,11 +29,13 @@ from temporalio.worker import Worker
 from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.emission.sink import IssueSink, build_issue_sink
+from activity_core.publication.activities import PublicationActivities
 from activity_core.settings import ActivityCoreSettings, SettingsError, parse_bind_address
 from activity_core.temporal.activities import ActivityCoreActivities
 from activity_core.temporal.client import temporal_client
 from activity_core.temporal.errors import TemporalUnavailable
 from activity_core.temporal.payloads import FirePolicy
+from activity_core.temporal.publication_workflow import PublishChangesWorkflow
 from activity_core.temporal.worker_endpoints import LIVENESS_ADDRESS, metrics_runtime
 from activity_core.temporal.worker_readiness import PollerReadiness, watch_pollers
 from activity_core.temporal.workflow import RunActivityWorkflow
@@ -43,12 +46,25 @@ __all__ = ["build_activities", "build_worker", "fire_policy", "run_worker_comman
 GRACEFUL_SHUTDOWN = timedelta(seconds=20)
 
 
-def build_worker(client: Client, *, task_queue: str, activities: ActivityCoreActivities) -> Worker:
+def build_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    activities: ActivityCoreActivities,
+    publication: PublicationActivities | None = None,
+) -> Worker:
+    """The fires' workflow and activities; with `publication`, PublishChangesWorkflow and
+    its activities too (every `temporal-worker` process has both)."""
+    workflows: list[type] = [RunActivityWorkflow]
+    registered = activities.all()
+    if publication is not None:
+        workflows.append(PublishChangesWorkflow)
+        registered = [*registered, *publication.all()]
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RunActivityWorkflow],
-        activities=activities.all(),
+        workflows=workflows,
+        activities=registered,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )
 
@@ -89,7 +105,10 @@ async def serve_worker(
         async with temporal_client(settings) as client:
             activities = build_activities(settings, pool, sink)
             task_queue = settings.temporal_task_queue
-            async with build_worker(client, task_queue=task_queue, activities=activities) as worker:
+            publication = PublicationActivities(pool, settings)
+            async with build_worker(
+                client, task_queue=task_queue, activities=activities, publication=publication
+            ) as worker:
                 identity = worker.config().get("identity") or client.identity
                 watcher = asyncio.create_task(
                     watch_pollers(
