@@ -7,6 +7,7 @@
     activity-core runs requeue RUN_ID... [--key K]
     activity-core runs cancel RUN_ID --reason TEXT
     activity-core runs explain RUN_ID
+    activity-core runs publish RUN_ID
     activity-core runs summary
     activity-core runs workers
 
@@ -161,6 +162,33 @@ def cmd_show(api: Api, args: argparse.Namespace, io: Io) -> int:
         if isinstance(value, list):
             value = ", ".join(str(v) for v in value) or "-"
         io.out.write(f"{key:<{width}}  {'-' if value is None else value}\n")
+    publication = run.get("publication")
+    io.out.write(f"{'publication':<{width}}  {_publication_line(publication)}\n")
+    return EXIT_OK
+
+
+def _publication_line(publication: object) -> str:
+    """One line: the state, then what an operator looks for (branch, PR, error)."""
+    if not isinstance(publication, dict):
+        return "- (not asked for: activity-core runs publish RUN_ID)"
+    parts = [str(publication.get("state"))]
+    for key in ("ref", "commit", "pull_request_url", "error"):
+        if publication.get(key):
+            parts.append(f"{key}={publication[key]}")
+    parts.append(f"requested_by={publication.get('requested_by')}")
+    return "  ".join(parts)
+
+
+def cmd_publish(api: Api, args: argparse.Namespace, io: Io) -> int:
+    answer = api.call("POST", f"/ops-runs/{args.run_id}/publish", ok=(200, 202))
+    if args.json:
+        print_json(io.out, answer.body)
+        return EXIT_OK
+    publication = answer.body["publication"]
+    started = "publication started" if answer.status == 202 else "publication"
+    io.out.write(f"{answer.body['run_id']}  {started}: {_publication_line(publication)}\n")
+    if publication["state"] == "pending":
+        io.out.write("  follow it with: activity-core runs show RUN_ID\n")
     return EXIT_OK
 
 
@@ -259,6 +287,7 @@ COMMANDS: dict[str, Command] = {
     "requeue": cmd_requeue,
     "cancel": cmd_cancel,
     "explain": cmd_explain,
+    "publish": cmd_publish,
     "summary": cmd_summary,
     "workers": cmd_workers,
 }
@@ -307,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("run_id", type=_run_id)
     cancel.add_argument("--reason", required=True)
     command("explain", "why a run is where it is").add_argument("run_id", type=_run_id)
+    command(
+        "publish", "push a succeeded run's changes as its branch and open a pull request"
+    ).add_argument("run_id", type=_run_id)
     command("summary", "the queue at a glance")
     command("workers", "the workers the queue has seen")
     return parser

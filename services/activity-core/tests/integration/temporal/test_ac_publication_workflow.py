@@ -8,6 +8,7 @@ publication can be asked for again; a viewer is refused and audited."""
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -28,10 +29,12 @@ from ac_publication_kit import (
 )
 from temporalio.client import Client
 
+from ac_serve import Done, serve_env, serve_process
 from ac_temporal_kit import ScriptedSink
 from ac_testkit import AppClient, SeededQueue, running_app, settings_env
 from ac_ui import ALICE, BOB, named_operators
 from activity_core.db.pool import create_pool
+from activity_core.operator.cli import main
 from activity_core.publication.activities import PublicationActivities
 from activity_core.publication.remote_git import changes_ref
 from activity_core.settings import load_settings
@@ -82,6 +85,14 @@ class Publishing:
             "SELECT * FROM ops_audit WHERE target = $1 AND action = 'publish' ORDER BY id",
             f"ops_run:{run_id}",
         )
+
+
+async def runs(url: str, *argv: str, token: str) -> Done:
+    """`activity-core runs ...` against `url` with `token` (test_ac_runs_cli.py's way)."""
+    environ = {"NO_PROXY": "*", "ACTIVITY_CORE_API_URL": url, "ACTIVITY_CORE_OPERATOR_TOKEN": token}
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
+    return Done(code, out.getvalue(), err.getvalue())
 
 
 def forgejo_router() -> respx.MockRouter:
@@ -278,3 +289,29 @@ async def test_only_a_succeeded_run_with_stored_changes_is_published(
     )
     assert sorted(r["code"] for r in refusals) == ["not_found", "state_conflict", "state_conflict"]
     assert await publishing.db.fetchval("SELECT count(*) FROM ops_run_publications") == 0
+
+
+async def test_the_cli_publishes_and_runs_show_shows_the_publication(
+    publishing: Publishing, db_dsn: str
+) -> None:
+    history = publishing.history()
+    run_id = await seed_published_candidate(publishing.seeded, history)
+    env = serve_env(
+        db_dsn, **{k: str(v) for k, v in publishing.env.items() if k != "pull_requests"}
+    )
+    async with serve_process(env) as (_, url):
+        before = await runs(url, "show", str(run_id), token=ALICE)
+        assert before.code == 0, before.err
+        assert "publication" in before.out and "not asked for" in before.out
+        done = await runs(url, "publish", str(run_id), token=ALICE)
+        assert done.code == 0, done.err
+        assert "publication started: pending" in done.out
+        await publishing.settled(run_id)
+        shown = await runs(url, "show", str(run_id), token=ALICE)
+        (line,) = [x for x in shown.out.splitlines() if x.startswith("publication")]
+        assert "published" in line and f"ref={changes_ref(str(run_id), 1)}" in line
+        assert f"pull_request_url={PR_URL}" in line
+        again = await runs(url, "publish", str(run_id), "--json", token=ALICE)
+        assert again.code == 0 and again.json()["publication"]["state"] == "published"
+        viewer = await runs(url, "publish", str(run_id), token=BOB)
+        assert viewer.code != 0 and "forbidden" in viewer.err
