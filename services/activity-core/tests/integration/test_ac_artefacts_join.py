@@ -7,6 +7,7 @@ automations.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import asyncpg
@@ -252,16 +253,36 @@ async def test_run_detail_exposes_artefacts_and_compact_evidence(
         "sandbox_profile": "profile.bwrap-local",
         "outcome": "succeeded",
     }
+    # not published, no stored changes: no link at all (the commit is the worker's only)
     expected = {
         "ops_run_id": str(done),
         "path": "briefs/2024 05 01.md",
         "head_after": "0123456789abcdef0123456789abcdef01234567",
         "target_repo": "research/briefs",
-        "forgejo_url": "https://forgejo.coulomb.social/research/briefs/src/commit/"
-        "0123456789abcdef0123456789abcdef01234567/briefs/2024%2005%2001.md",
+        "forgejo_url": None,
+        "change_url": None,
     }
     assert run["artifacts"] == [expected]
     assert body["run"]["artifacts"] == [expected]
+    # published: the Forgejo link, at the published commit
+    await publish_directly(seed.conn, done, "0123456789abcdef0123456789abcdef01234567")
+    body = await detail(api, "brief", fire)
+    expected["forgejo_url"] = (
+        "https://forgejo.coulomb.social/research/briefs/src/commit/"
+        "0123456789abcdef0123456789abcdef01234567/briefs/2024%2005%2001.md"
+    )
+    assert body["run"]["artifacts"] == [expected]
+
+
+async def publish_directly(conn: Any, run_id: uuid.UUID, commit: str) -> None:
+    """A published publication row, as PublishChangesWorkflow records it."""
+    await conn.execute(
+        """INSERT INTO ops_run_publications (run_id, attempt, state, ref, commit, requested_by,
+               requested_at, published_at, workflow_id)
+           VALUES ($1, 1, 'published', 'refs/heads/rein/x/1', $2, 'alice', now(), now(), 'w')""",
+        run_id,
+        commit,
+    )
 
 
 async def test_forgejo_base_comes_from_settings(app_factory: Any, seed: SeededAutomations) -> None:
@@ -275,6 +296,8 @@ async def test_forgejo_base_comes_from_settings(app_factory: Any, seed: SeededAu
         state="succeeded",
         result=completed_result(),
     )
+    (run,) = (await detail(api, "brief", fire))["run"]["ops_runs"]
+    await publish_directly(seed.conn, uuid.UUID(run["id"]), run["artifacts"][0]["head_after"])
     (art,) = (await detail(api, "brief", fire))["run"]["artifacts"]
     assert art["forgejo_url"].startswith("https://git.example.org/forge/research/briefs/src/")
 

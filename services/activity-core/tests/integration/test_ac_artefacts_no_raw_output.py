@@ -46,7 +46,7 @@ OPS_RUN_KEYS = {
     "triggering_event_id", "matched_by", "created_at", "updated_at", "execution_evidence",
     "artifacts",
 }  # fmt: skip
-ARTIFACT_KEYS = {"ops_run_id", "path", "head_after", "target_repo", "forgejo_url"}
+ARTIFACT_KEYS = {"ops_run_id", "path", "head_after", "target_repo", "forgejo_url", "change_url"}
 EVIDENCE_KEYS = {
     "profile_ref", "rein_id", "rein_version", "resolved_model", "sandbox_profile", "outcome"
 }  # fmt: skip

@@ -45,7 +45,7 @@ async def completed_run(db: asyncpg.Connection) -> AsyncIterator[str]:
         triggering_event_id="scheduled:2024-05-01T04:00:00+00:00",
         scheduled_for=at(0),
     )
-    await seed.ops_run(
+    ops_run = await seed.ops_run(
         a,
         triggering_event_id="scheduled:2024-05-01T04:00:00+00:00",
         created_at=at(1),
@@ -55,6 +55,16 @@ async def completed_run(db: asyncpg.Connection) -> AsyncIterator[str]:
         attempt=1,
         claim_owner="rein-aharness@railiance01",
         result=completed_result(path=PATH, head_after=SHA),
+    )
+    # published by an operator (as PublishChangesWorkflow records it): only now does the
+    # artefact link to Forgejo (artefacts/links.py)
+    await db.execute(
+        """INSERT INTO ops_run_publications (run_id, attempt, state, ref, commit, requested_by,
+               requested_at, published_at, workflow_id)
+           VALUES ($1, 1, 'published', $2, $3, 'operator', now(), now(), 'w')""",
+        ops_run,
+        f"refs/heads/rein/{ops_run}/1",
+        SHA,
     )
     yield f"/ops/ui/automations/fi-daily-brief/runs/{RUN_ID}"
 

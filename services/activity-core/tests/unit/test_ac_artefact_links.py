@@ -138,3 +138,19 @@ def test_split_org_repo(value: object, expected: tuple[str, str] | None) -> None
 )
 def test_web_base(value: str, expected: str | None) -> None:
     assert web_base(value) == expected
+
+
+def test_before_publication_a_file_links_to_its_diff_on_the_runs_own_page() -> None:
+    from activity_core.artefacts.links import change_view_url
+    from activity_core.changes.anchors import change_anchor
+
+    run = "0b9e7a52-64a1-4bd6-9f39-0d3c3b1e2f10"
+    assert change_view_url(run, "briefs/a b.md") == (
+        f"/ops/ui/runs/{run}#{change_anchor('briefs/a b.md')}"
+    )
+    # the anchor is a hash: no path character reaches the URL
+    assert change_view_url(run, 'x/"><script>.md') == (
+        f"/ops/ui/runs/{run}#{change_anchor('x/"><script>.md')}"
+    )
+    assert change_view_url("not-a-run", "a.md") is None
+    assert change_view_url(run, "../escape") is None

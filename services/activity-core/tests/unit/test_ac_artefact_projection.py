@@ -15,6 +15,7 @@ from activity_core.artefacts.projection import (
     disposition,
     project_ops_run,
 )
+from activity_core.changes.anchors import change_anchor
 from ops_contracts import RunState
 
 NOW = datetime(2024, 5, 1, 6, 0, tzinfo=UTC)
@@ -53,12 +54,22 @@ def test_artefacts_come_from_the_normalized_result_only() -> None:
         "artifacts": [{"path": "smuggled.md"}],
         "tool_output": MARK,
     }
-    found = artifacts_of(run_id, result, BASE)
-    assert [a.path for a in found] == ["briefs/a.md", "briefs/b.md", f"{MARK} x"]
+    # not published: no Forgejo link (the commit is on the worker only), and no change
+    # view either without stored changes
+    unpublished = artifacts_of(run_id, result, BASE)
+    assert [a.path for a in unpublished] == ["briefs/a.md", "briefs/b.md", f"{MARK} x"]
+    assert all(a.forgejo_url is None and a.change_url is None for a in unpublished)
+    # its changes stored: each file links to its diff on the run's own page
+    stored = artifacts_of(run_id, result, BASE, has_changes=True)
+    assert stored[0].change_url == f"/ops/ui/runs/{run_id}#{change_anchor('briefs/a.md')}"
+    assert all(a.forgejo_url is None for a in stored)
+    # published: Forgejo at the published commit, and only there
+    found = artifacts_of(run_id, result, BASE, published_commit=SHA, has_changes=True)
     assert found[0].forgejo_url == f"{BASE}/research/briefs/src/commit/{SHA}/briefs/a.md"
     assert found[2].forgejo_url == (
         f"{BASE}/research/briefs/src/commit/{SHA}/RAW-MODEL-OUTPUT-MARKER%20x"
     )
+    assert all(a.change_url is None for a in found)
     assert all(a.ops_run_id == run_id for a in found)
 
 
@@ -77,6 +88,7 @@ def test_evidence_head_after_is_used_when_the_result_has_none() -> None:
         uuid.uuid4(),
         {"path": "a.md", "target_repo": "o/r", "execution_evidence": {"head_after": "abc1234"}},
         BASE,
+        published_commit="abc1234",
     )
     assert only.head_after == "abc1234"
     assert only.forgejo_url == f"{BASE}/o/r/src/commit/abc1234/a.md"

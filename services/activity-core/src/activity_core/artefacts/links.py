@@ -1,18 +1,25 @@
-"""Forgejo links to a delivered file: pure, and only from values that pass validation.
+"""Links to a delivered file that tell the truth: pure, only from values that validate.
 
-The URL is `FORGEJO_WEB_BASE/{org}/{repo}/src/commit/{head_after}/{path}`. Every part is
-validated again here (a historic row, a misconfigured base), each path segment is
-percent-encoded, and a missing or invalid part means no link rather than a wrong one.
+A run's commits exist only in the worker's repository until an operator publishes them
+(POST /ops-runs/{id}/publish), so a Forgejo link is made only for a published commit:
+`FORGEJO_WEB_BASE/{org}/{repo}/src/commit/{commit}/{path}` (`forgejo_file_url`, given the
+publication's commit). Before that, a file links to the run's own change view of it, the
+ops UI's run page at the file's diff: `/ops/ui/runs/{run}#{change_anchor(path)}`
+(`change_view_url`). Every part is validated again here (a historic row, a misconfigured
+base), each path segment is percent-encoded, and a missing or invalid part means no link
+rather than a wrong one.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+import uuid
 
+from activity_core.changes.anchors import change_anchor
 from activity_core.settings import absolute_http_base
 from ops_evidence import git_object_id, repo_path, target_repo
 
-__all__ = ["forgejo_file_url", "split_org_repo", "web_base"]
+__all__ = ["change_view_url", "forgejo_file_url", "split_org_repo", "web_base"]
 
 
 def web_base(value: object) -> str | None:
@@ -49,3 +56,15 @@ def forgejo_file_url(
         f"{root}/{urllib.parse.quote(org, safe='')}/{urllib.parse.quote(name, safe='')}"
         f"/src/commit/{commit}/{quoted_path}"
     )
+
+
+def change_view_url(ops_run_id: object, path: object) -> str | None:
+    """The ops UI's run page at `path`'s diff (a path relative to the UI's origin), or None."""
+    file_path = repo_path(path)
+    if file_path is None:
+        return None
+    try:
+        run = uuid.UUID(str(ops_run_id))
+    except ValueError:
+        return None
+    return f"/ops/ui/runs/{run}#{change_anchor(file_path)}"

@@ -102,8 +102,15 @@ class Artifact(_Model):
     head_after: str | None = None
     target_repo: str | None = None
     forgejo_url: str | None = Field(
-        description="FORGEJO_WEB_BASE/{org}/{repo}/src/commit/{head_after}/{path}; "
-        "absent when a part is missing or invalid"
+        description="FORGEJO_WEB_BASE/{org}/{repo}/src/commit/{commit}/{path} at the "
+        "commit an operator published (POST /ops-runs/{id}/publish); absent until the run "
+        "is published (the commit exists only on the worker until then), or when a part "
+        "is missing or invalid"
+    )
+    change_url: str | None = Field(
+        default=None,
+        description="before publication: the run's own change view of this file "
+        "(/ops/ui/runs/{ops_run_id}#change-...), when its changes are stored",
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from activity_core.artefacts.links import forgejo_file_url
+from activity_core.artefacts.links import change_view_url, forgejo_file_url
 from activity_core.artefacts.models import (
     Artifact,
     CompactEvidence,
@@ -45,17 +45,27 @@ def disposition(state: RunState, lease_until: datetime | None, now: datetime) ->
     return "expired"
 
 
-def artifacts_of(ops_run_id: Any, raw_result: object, forgejo_base: str) -> list[Artifact]:
+def artifacts_of(
+    ops_run_id: Any,
+    raw_result: object,
+    forgejo_base: str,
+    *,
+    published_commit: object = None,
+    has_changes: bool = False,
+) -> list[Artifact]:
     """The files a run delivered: `result.path`, then `execution_evidence.artifact_refs`.
 
     All at the result's `head_after` (else the evidence's) in the result's `target_repo`;
-    a repository the run did not report is not guessed from the queued one.
+    a repository the run did not report is not guessed from the queued one. Links tell
+    the truth (links.py): a Forgejo link only at the commit an operator published;
+    before that, the run's own change view of the file when its changes are stored.
     """
     result = normalize_result(raw_result)
     evidence = result.get("execution_evidence")
     evidence = evidence if isinstance(evidence, dict) else {}
     head = git_object_id(result.get("head_after")) or git_object_id(evidence.get("head_after"))
     repository = target_repo(result.get("target_repo"))
+    published = git_object_id(published_commit)
     paths: list[str] = []
     primary = repo_path(result.get("path"))
     if primary is not None:
@@ -71,7 +81,14 @@ def artifacts_of(ops_run_id: Any, raw_result: object, forgejo_base: str) -> list
             path=path,
             head_after=head,
             target_repo=repository,
-            forgejo_url=forgejo_file_url(forgejo_base, repository, head, path),
+            forgejo_url=(
+                forgejo_file_url(forgejo_base, repository, published, path)
+                if published is not None
+                else None
+            ),
+            change_url=(
+                change_view_url(ops_run_id, path) if published is None and has_changes else None
+            ),
         )
         for path in paths
     ]
@@ -110,5 +127,11 @@ def project_ops_run(
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         execution_evidence=compact_evidence_of(raw_result),
-        artifacts=artifacts_of(row["id"], raw_result, forgejo_base),
+        artifacts=artifacts_of(
+            row["id"],
+            raw_result,
+            forgejo_base,
+            published_commit=row.get("published_commit"),
+            has_changes=bool(row.get("has_changes")),
+        ),
     )

@@ -166,12 +166,18 @@ ranked AS (
     FROM matched m
     JOIN ops_runs o ON o.id = m.ops_run_id
 )
-SELECT fire_id, matched_by, id, title, target_repo, state, attempt, claim_owner, lease_until,
-       priority, labels, last_error, harness_profile_ref, triggering_event_id, result,
-       created_at, updated_at, n
-FROM ranked
-WHERE n <= $4
-ORDER BY fire_id, created_at, id
+-- links tell the truth (artefacts/links.py): the published commit, if any, and whether
+-- the run's current attempt has stored changes to link into
+SELECT r.fire_id, r.matched_by, r.id, r.title, r.target_repo, r.state, r.attempt,
+       r.claim_owner, r.lease_until, r.priority, r.labels, r.last_error,
+       r.harness_profile_ref, r.triggering_event_id, r.result, r.created_at, r.updated_at, r.n,
+       p.commit AS published_commit,
+       EXISTS (SELECT 1 FROM ops_run_changes c
+               WHERE c.run_id = r.id AND c.attempt = r.attempt) AS has_changes
+FROM ranked r
+LEFT JOIN ops_run_publications p ON p.run_id = r.id AND p.state = 'published'
+WHERE r.n <= $4
+ORDER BY r.fire_id, r.created_at, r.id
 """
 
 # The IssueSink writes of some fires, counted by state. A write belongs to an idempotency
