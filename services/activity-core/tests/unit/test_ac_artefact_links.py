@@ -149,8 +149,7 @@ def test_before_publication_a_file_links_to_its_diff_on_the_runs_own_page() -> N
         f"/ops/ui/runs/{run}#{change_anchor('briefs/a b.md')}"
     )
     # the anchor is a hash: no path character reaches the URL
-    assert change_view_url(run, 'x/"><script>.md') == (
-        f"/ops/ui/runs/{run}#{change_anchor('x/"><script>.md')}"
-    )
+    hostile = 'x/"><script>.md'
+    assert change_view_url(run, hostile) == f"/ops/ui/runs/{run}#{change_anchor(hostile)}"
     assert change_view_url("not-a-run", "a.md") is None
     assert change_view_url(run, "../escape") is None
