@@ -39,8 +39,13 @@ COPY services/activity-core/src services/activity-core/src
 RUN --mount=type=cache,target=/root/.cache/uv uv sync --frozen --no-dev --no-editable --package activity-core
 
 FROM python:3.11.14-slim-bookworm AS runtime
+# git is a runtime need: the API indexes uploaded changes bundles and derives the change
+# view with it, and the Temporal worker's publication fetches, unbundles and pushes.
 # pip/setuptools/wheel are installers, not runtime needs; the venv has none of them.
-RUN python -m pip uninstall --yes --quiet pip setuptools wheel \
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/* \
+    && python -m pip uninstall --yes --quiet pip setuptools wheel \
     && groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin app

@@ -31,10 +31,13 @@ rendered Services point at those ports. What lives outside the manifests is repl
 variable: TEMPORAL_ADDRESS by a dev server of this test's own, STATE_HUB_URL by a stand-in
 that records POST /progress, and REIN_AHARNESS_REPOSITORY_URL keeps its path template
 (`/{target_repo}.git`) on the git server's origin (its user name: the rendered
-REIN_AHARNESS_REPOSITORY_USERNAME, else the worker's default). FORGEJO_WEB_BASE stays as
-rendered: links the UI renders, never requested. Of a StatefulSet's replicas, pod 0 is
-started: the others differ only in `$(POD_NAME)`, and test_worker_secrets.py starts each
-with its own token.
+REIN_AHARNESS_REPOSITORY_USERNAME, else the worker's default), and so does the Temporal
+worker's ACTIVITY_CORE_REPOSITORY_URL (publication's remote: the same forge, the same user
+name; the test server has one token, so the Secrets activity-core-repository and
+rein-aharness-repository hold the same one here, where a deployment has a push token and a
+read token). FORGEJO_WEB_BASE stays as rendered: links the UI renders, never requested.
+Of a StatefulSet's replicas, pod 0 is started: the others differ only in `$(POD_NAME)`,
+and test_worker_secrets.py starts each with its own token.
 
 What in the manifests a local process cannot reach, and where it is checked instead:
 - securityContext (UID/GID 10001, read-only root, capabilities, seccomp, procMount,
@@ -89,6 +92,7 @@ APPS = {"dev": "dev/release", "prod": "prod/release", "prod-monitoring": "prod/r
 AUTOMATION = "fi-daily-brief"
 TARGET = "research/briefs"
 WORKER = "rein-aharness"
+TEMPORAL_WORKER = ("Deployment", "activity-core-temporal-worker")
 START_SECONDS = 60.0
 RUN_SECONDS = 60.0
 
@@ -247,6 +251,7 @@ def _builder(
         "TEMPORAL_ADDRESS": lambda _: temporal.address,
         "STATE_HUB_URL": lambda _: state_hub.url,
         "REIN_AHARNESS_REPOSITORY_URL": lambda value: forge.base_url + urlsplit(value).path,
+        "ACTIVITY_CORE_REPOSITORY_URL": lambda value: forge.base_url + urlsplit(value).path,
     }
     plans: dict[str, Any] = {}
 
@@ -415,15 +420,18 @@ def _git(directory: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def _git_egress_opens(app: str, url: str) -> None:
+def _git_egress_opens(app: str, url: str, policy_name: str, workload: tuple[str, str]) -> None:
+    """The egress policy `policy_name` selects the workload's pods and opens the URL's port."""
     parts = urlsplit(url)
     port = parts.port or {"https": 443, "http": 80}[parts.scheme]
     (policy,) = [
         obj
         for obj in rendered(app)
-        if obj["kind"] == "NetworkPolicy" and obj["metadata"]["name"] == "rein-aharness-git-egress"
+        if obj["kind"] == "NetworkPolicy" and obj["metadata"]["name"] == policy_name
     ]
-    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == WORKER
+    labels = workloads(app)[workload]["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert all(labels.get(key) == value for key, value in selector.items()), policy_name
     opened = {rule_port["port"] for rule in policy["spec"]["egress"] for rule_port in rule["ports"]}
     assert port in opened, (url, opened)
 
@@ -441,11 +449,28 @@ async def test_the_overlay_starts_and_carries_a_fire_to_a_landed_branch(
 ) -> None:
     release = APPS[app]
     head = forge.create_repository(TARGET, {"README.md": "# briefs\n", "briefs/.keep": ""})
-    _git_egress_opens(app, _worker_env(app)["REIN_AHARNESS_REPOSITORY_URL"])
+    _git_egress_opens(
+        app,
+        _worker_env(app)["REIN_AHARNESS_REPOSITORY_URL"],
+        "rein-aharness-git-egress",
+        ("StatefulSet", WORKER),
+    )
+    publication = _configured(app, TEMPORAL_WORKER)
+    _git_egress_opens(
+        app,
+        publication["ACTIVITY_CORE_REPOSITORY_URL"],
+        "activity-core-git-egress",
+        TEMPORAL_WORKER,
+    )
+    # one forge, one user name on the test's git server
+    assert publication["ACTIVITY_CORE_REPOSITORY_USERNAME"] == forge.username
 
     worker_set = workloads(app)[("StatefulSet", WORKER)]
     secrets_ = made_secrets(
-        _fresh(tmp_path / "secrets"), int(worker_set["spec"]["replicas"]), forge.token
+        _fresh(tmp_path / "secrets"),
+        int(worker_set["spec"]["replicas"]),
+        forge.token,
+        publication_token=forge.token,
     )
     operator_token = secrets.token_urlsafe(24)
     secrets_["activity-core"] = {
@@ -486,6 +511,18 @@ async def test_the_overlay_starts_and_carries_a_fire_to_a_landed_branch(
                 ("Deployment", "activity-core-temporal-worker"),
                 ("StatefulSet", WORKER),
             }
+            # publication's remote and its token reach the Temporal worker, and it alone
+            publisher = started[TEMPORAL_WORKER]
+            template = publisher.env["ACTIVITY_CORE_REPOSITORY_URL"]
+            assert template.replace("{target_repo}", TARGET) == forge.url(TARGET)
+            token_file = Path(publisher.env["ACTIVITY_CORE_REPOSITORY_TOKEN_FILE"])
+            assert token_file.read_text(encoding="utf-8").strip() == forge.token
+            for key, local in started.items():
+                if key != TEMPORAL_WORKER:
+                    assert not {
+                        "ACTIVITY_CORE_REPOSITORY_URL",
+                        "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE",
+                    } & set(local.env), key
             for local, container, process in waits:
                 reached = await _probes_pass(http, pods, local, container, process)
                 for name, number in _declared_ports(container).items():
