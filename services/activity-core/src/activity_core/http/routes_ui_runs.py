@@ -33,6 +33,7 @@ DONE_NOTES = {
     "requeued": "Requeued: this is the new run.",
     "cancelled": "Cancelled: the run is failed; its worker stops at its next heartbeat.",
     "repeated": "This run was requeued before: this is the run that request made.",
+    "publishing": "Publication asked for: its state is below.",
 }
 
 RunRef = Annotated[str, Path(min_length=1, max_length=200)]

@@ -32,7 +32,7 @@ from temporalio.client import Client
 from ac_serve import Done, serve_env, serve_process
 from ac_temporal_kit import ScriptedSink
 from ac_testkit import AppClient, SeededQueue, running_app, settings_env
-from ac_ui import ALICE, BOB, named_operators
+from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, named_operators, post_form, session
 from activity_core.db.pool import create_pool
 from activity_core.operator.cli import main
 from activity_core.publication.activities import PublicationActivities
@@ -315,3 +315,45 @@ async def test_the_cli_publishes_and_runs_show_shows_the_publication(
         assert again.code == 0 and again.json()["publication"]["state"] == "published"
         viewer = await runs(url, "publish", str(run_id), token=BOB)
         assert viewer.code != 0 and "forbidden" in viewer.err
+
+
+async def test_the_run_pages_publish_form_is_an_operators_with_csrf_from_the_uis_origin(
+    publishing: Publishing,
+) -> None:
+    history = publishing.history()
+    run_id = await seed_published_candidate(publishing.seeded, history)
+    http = publishing.api.http
+    path = f"/ops/ui/runs/{run_id}"
+    # the UI's origin is ACTIVITY_CORE_PUBLIC_URL's
+    ui = {"origin": "https://ops.example.org"}
+    alice = cookie_of(await login(http, ALICE, "alice", headers=ui))
+    before = await http.get(path, headers=session(alice))
+    assert "Not published" in before.text and 'data-action="publish"' in before.text
+    csrf = csrf_in(before.text)
+    # cross-origin, token-less, and a viewer's own token: each changes nothing
+    cross = await post_form(
+        http, f"{path}/publish", {"csrf_token": csrf}, alice, {"origin": "https://evil.example"}
+    )
+    assert cross.status_code == 403
+    tokenless = await post_form(http, f"{path}/publish", {}, alice, ui)
+    assert tokenless.status_code == 403 and "token" in tokenless.text.lower()
+    bob = cookie_of(await login(http, BOB, "bob", headers=ui))
+    viewer_page = await http.get(path, headers=session(bob))
+    assert 'data-action="publish"' not in viewer_page.text
+    forged = await post_form(
+        http, f"{path}/publish", {"csrf_token": csrf_in(viewer_page.text)}, bob, ui
+    )
+    assert forged.status_code == 403 and "Viewers cannot act" in forged.text
+    assert await publishing.db.fetchval("SELECT count(*) FROM ops_run_publications") == 0
+    assert receive_pack_posts(publishing.server) == 0
+    refused = [(e["actor"], e["outcome"]) for e in await publishing.audit(run_id)]
+    assert ("bob", "refused") in refused
+    # the operator's form, from the UI's origin with the session's token: published
+    done = await post_form(http, f"{path}/publish", {"csrf_token": csrf}, alice, ui)
+    assert done.status_code == 303
+    assert done.headers["location"] == f"{path}?done=publishing#publication"
+    await publishing.settled(run_id)
+    after = await http.get(path, headers=session(alice))
+    assert 'data-field="publication_state">published' in after.text
+    assert changes_ref(str(run_id), 1) in after.text and PR_URL in after.text
+    assert 'data-action="publish"' not in after.text
