@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from activity_core.changes.reading import ChangesReader
 from activity_core.db.pool import open_pool
 from activity_core.http.auth import (
     Authenticator,
@@ -25,6 +26,7 @@ from activity_core.http.openapi import install_openapi
 from activity_core.http.request_metrics import RequestMetrics
 from activity_core.http.routes_automation_pause import router as automation_pause_router
 from activity_core.http.routes_automations import router as automations_router
+from activity_core.http.routes_changes import router as changes_router
 from activity_core.http.routes_fire import router as fire_router
 from activity_core.http.routes_health import router as health_router
 from activity_core.http.routes_operator import router as operator_router
@@ -121,6 +123,7 @@ def create_app(
         app.state.audit = audit = AuditLog(pool)
         app.state.ui_sessions = UiSessions(pool)
         app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
+        app.state.changes_reader = ChangesReader(pool)
         app.state.operator_views = OperatorViews(
             pool, max_attempts=settings.max_attempts, sightings=sightings
         )
@@ -160,6 +163,7 @@ def create_app(
         queue_router,
         operator_runs_router,
         operator_router,
+        changes_router,
         automations_router,
         fire_router,
         automation_pause_router,
