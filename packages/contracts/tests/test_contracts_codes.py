@@ -1,6 +1,7 @@
 """Wire codes: values, HTTP statuses, and which refusals are conclusive."""
 
 from ops_contracts import (
+    CONCLUSIVE_CHANGES_REFUSALS,
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
     TERMINAL_STATES,
@@ -34,6 +35,10 @@ def test_every_refusal_has_its_documented_status() -> None:
         RefusalCode.method_not_allowed: 405,
         RefusalCode.unsupported_media_type: 415,
         RefusalCode.too_many_requests: 429,
+        RefusalCode.changes_invalid: 422,
+        RefusalCode.changes_conflict: 409,
+        RefusalCode.changes_too_large: 413,
+        RefusalCode.changes_not_stored: 409,
         RefusalCode.http_error: 400,
         RefusalCode.internal_error: 500,
     }
@@ -49,6 +54,24 @@ def test_conclusive_close_refusals_are_the_six_close_codes() -> None:
         "evidence_conflict",
         "terminal_conflict",
     }
+
+
+def test_changes_not_stored_is_not_conclusive_for_a_close() -> None:
+    # the worker uploads its changes and closes again
+    assert RefusalCode.changes_not_stored not in CONCLUSIVE_CLOSE_REFUSALS
+    assert RefusalCode.changes_not_stored not in CONCLUSIVE_CHANGES_REFUSALS
+
+
+def test_conclusive_changes_refusals_are_the_close_codes_and_the_bundle_codes() -> None:
+    assert (
+        CONCLUSIVE_CLOSE_REFUSALS
+        | {
+            RefusalCode.changes_invalid,
+            RefusalCode.changes_conflict,
+            RefusalCode.changes_too_large,
+        }
+        == CONCLUSIVE_CHANGES_REFUSALS
+    )
 
 
 def test_enum_wire_values() -> None:

@@ -67,6 +67,7 @@ def test_full_result_with_transaction_and_refs() -> None:
             "transaction_id": "tx-1",
             "correlation_id": "c-1",
             "baseline_digest": "sha256:00",
+            "changes_digest": "sha256:" + "ab" * 32,
             "grant_id": "rg1-x",
             "acceptance_policy_id": "ap1-x",
             "acceptance": "accepted",

@@ -190,6 +190,7 @@ VALID_TRANSACTION: dict[str, st.SearchStrategy[Any]] = {
             "transaction_id",
             "correlation_id",
             "baseline_digest",
+            "changes_digest",
             "grant_id",
             "acceptance_policy_id",
             "external_metrics_id",

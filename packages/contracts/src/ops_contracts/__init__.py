@@ -9,6 +9,7 @@ from ops_contracts.canonical import canonical_json, digest_hex
 from ops_contracts.close_intent import CloseIntent, close_intent_digest, close_intent_encoding
 from ops_contracts.codes import (
     CANCELLED_BY_OPERATOR_DETAIL,
+    CONCLUSIVE_CHANGES_REFUSALS,
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
     TERMINAL_STATES,
@@ -88,6 +89,7 @@ from ops_contracts.refs import ATTRIBUTION_REF_KEYS
 __all__ = [
     "ATTRIBUTION_REF_KEYS",
     "CANCELLED_BY_OPERATOR_DETAIL",
+    "CONCLUSIVE_CHANGES_REFUSALS",
     "CONCLUSIVE_CLOSE_REFUSALS",
     "IDEMPOTENCY_KEY_PATTERN",
     "MAX_BULK_REQUEUE",

@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 __all__ = [
     "CANCELLED_BY_OPERATOR_DETAIL",
+    "CONCLUSIVE_CHANGES_REFUSALS",
     "CONCLUSIVE_CLOSE_REFUSALS",
     "REFUSAL_HTTP_STATUS",
     "TERMINAL_STATES",
@@ -56,6 +57,17 @@ class RefusalCode(StrEnum):
     unsupported_media_type = "unsupported_media_type"
     # the ops UI's sign-in throttle: retry after Retry-After
     too_many_requests = "too_many_requests"
+    # a changes bundle (docs/changes.md) that is not what the run may hand over: not a
+    # bundle, a digest that does not match, another attempt's ref, a merge, too many
+    # commits, a path outside the grant; or a run without a repository grant
+    changes_invalid = "changes_invalid"
+    # another bundle (another digest) is already stored for this run's attempt
+    changes_conflict = "changes_conflict"
+    # a changes bundle over ACTIVITY_CORE_CHANGES_MAX_BYTES
+    changes_too_large = "changes_too_large"
+    # a granted run's complete before its attempt's changes were stored: the worker
+    # uploads them and closes again (not conclusive)
+    changes_not_stored = "changes_not_stored"
     # reserved: an HTTP error of the framework that no other code names (its 400 for a
     # body it cannot parse; activity-core's body guard refuses such a body first)
     http_error = "http_error"
@@ -74,6 +86,17 @@ CONCLUSIVE_CLOSE_REFUSALS: frozenset[RefusalCode] = frozenset(
         RefusalCode.state_conflict,
         RefusalCode.evidence_conflict,
         RefusalCode.terminal_conflict,
+    }
+)
+
+# An upload of changes refused with one of these will be refused again however often it
+# is retried. changes_too_large is conclusive too: the same bytes stay too large.
+CONCLUSIVE_CHANGES_REFUSALS: frozenset[RefusalCode] = frozenset(
+    {
+        *CONCLUSIVE_CLOSE_REFUSALS,
+        RefusalCode.changes_invalid,
+        RefusalCode.changes_conflict,
+        RefusalCode.changes_too_large,
     }
 )
 
@@ -104,6 +127,10 @@ REFUSAL_HTTP_STATUS: Mapping[RefusalCode, int] = MappingProxyType(
         RefusalCode.method_not_allowed: 405,
         RefusalCode.unsupported_media_type: 415,
         RefusalCode.too_many_requests: 429,
+        RefusalCode.changes_invalid: 422,
+        RefusalCode.changes_conflict: 409,
+        RefusalCode.changes_too_large: 413,
+        RefusalCode.changes_not_stored: 409,
         RefusalCode.http_error: 400,
         RefusalCode.internal_error: 500,
     }

@@ -87,6 +87,8 @@ class RepositoryTransaction(BaseModel):
     transaction_id: str
     correlation_id: str | None = None
     baseline_digest: str | None = None
+    # ``sha256:<hex>`` of the changes bundle uploaded before the close (docs/changes.md)
+    changes_digest: str | None = None
     grant_id: str | None = None
     acceptance_policy_id: str | None = None
     acceptance: Literal["accepted", "rejected"]
