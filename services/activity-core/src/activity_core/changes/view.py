@@ -7,7 +7,9 @@ diff-tree -r -z --raw` and `--numstat` (paths as NUL-terminated bytes). The patc
 is cut into one section per file at the lines that begin `diff --git `: every line of a
 hunk begins with ` `, `+`, `-` or `\\`, and git quotes a path with a newline in it, so no
 content or name can start a section. The sections come in the order of the raw listing
-(one diff queue feeds both), which is how a section finds its file.
+(one diff queue feeds both), which is how a section finds its file; a type change (a file
+that becomes a symlink, say) is two sections, its deletion and its creation, as git
+writes it.
 
 Bounded: at most MAX_FILES files, MAX_FILE_DIFF_BYTES of one file's diff and
 MAX_TOTAL_DIFF_BYTES of all of them are shown (cut at a line's end); git's own output is
@@ -16,7 +18,7 @@ the view's `note` says which bound. Text is decoded as UTF-8 with replacement fo
 (git's bytes may be any); a path keeps its exact bytes in `FileChange.path_bytes`.
 
 Derivation is git in a scratch repository (scratch_git.py: no hooks, no config but ours,
-bounded in time); `derive` is given the `Git` that runs there (changes/reading.py).
+bounded in time); `derive` is given the `Git` that runs there (operator/changes.py).
 """
 
 from __future__ import annotations
@@ -260,6 +262,20 @@ def _sections(patch: bytes) -> list[bytes]:
     return [patch[s:e] for s, e in zip(starts, ends, strict=True)]
 
 
+def _file_hunks(sections: list[bytes], entries: list[_Entry]) -> list[bytes]:
+    """Each entry's hunks, in order: a type change's two sections (deletion, creation)
+    joined. Shorter than `entries` when the patch was cut."""
+    out = []
+    at = 0
+    for entry in entries:
+        if at >= len(sections):
+            break
+        take = 2 if entry.status == "type_changed" else 1
+        out.append(b"".join(_hunks(section) for section in sections[at : at + take]))
+        at += take
+    return out
+
+
 def _hunks(section: bytes) -> bytes:
     """A file's section from its first hunk on (its header lines are the listing's)."""
     if section.startswith(_HUNK):
@@ -297,9 +313,9 @@ async def derive(git: Git, baseline: str, head_after: str, bounds: Bounds | None
         ["diff-tree", "-r", "-M", "-p", "--no-color", "--no-ext-diff", "--no-textconv", *span],
         limit=bounds.patch_read_bytes,
     )
-    sections = _sections(patch.data)
-    if not patch.cut and len(sections) < len(entries):
-        raise ChangesUnreadable("git diff-tree -p: fewer files than its listing")
+    sections = _file_hunks(_sections(patch.data), entries)
+    if not patch.cut and len(sections) != len(entries):
+        raise ChangesUnreadable("git diff-tree -p: not the files of its listing")
     if patch.cut:
         notes.append(
             f"git's patch is over {bounds.patch_read_bytes} bytes: the diffs of the later "
@@ -315,7 +331,7 @@ async def derive(git: Git, baseline: str, head_after: str, bounds: Bounds | None
         if not binary:
             # the last section of a cut read may be partial: it is shown as cut
             whole = index < len(sections) and not (patch.cut and index == len(sections) - 1)
-            hunks = _hunks(sections[index]) if index < len(sections) else b""
+            hunks = sections[index] if index < len(sections) else b""
             shown = _cut(hunks, min(bounds.file_bytes, budget))
             if len(shown) < len(hunks):
                 truncated = True
@@ -325,7 +341,8 @@ async def derive(git: Git, baseline: str, head_after: str, bounds: Bounds | None
                     over_total = True
             if not whole:
                 truncated = True
-            budget -= len(shown)
+            # once the total is reached no later diff is begun (not even its first line)
+            budget = 0 if over_total else budget - len(shown)
             diff = _text(shown) if shown or not truncated else None
         files.append(
             FileChange(

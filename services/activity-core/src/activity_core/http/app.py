@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from activity_core.changes.reading import ChangesReader
 from activity_core.db.pool import open_pool
 from activity_core.http.auth import (
     Authenticator,
@@ -38,6 +37,7 @@ from activity_core.http.routes_ui_runs import router as ui_runs_router
 from activity_core.http.worker_fast_path import WorkerFastPath
 from activity_core.operator.actions import RunActions
 from activity_core.operator.audit import AuditLog
+from activity_core.operator.changes import ChangesReader
 from activity_core.operator.sessions import UiSessions
 from activity_core.operator.views import OperatorViews
 from activity_core.queue.metrics import QueueMetrics

@@ -12,11 +12,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from activity_core.artefacts.service import ArtefactService
-from activity_core.changes.reading import ChangesReader
 from activity_core.http.auth import Authenticator, bearer_token
 from activity_core.http.operator_context import actor_of
 from activity_core.operator.actions import RunActions
 from activity_core.operator.audit import Actor, AuditLog
+from activity_core.operator.changes import ChangesReader
 from activity_core.operator.views import OperatorViews
 from activity_core.queue.service import QueueService
 from activity_core.settings import ActivityCoreSettings

@@ -7,7 +7,7 @@
 
 Each is of the run's current attempt's stored changes: 404 `not_found` without them; 422
 `changes_invalid` when git cannot read the stored bundle (the bundle itself is still
-served). Edge only: authenticate, parse, call changes/reading.py.
+served). Edge only: authenticate, parse, call operator/changes.py.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from activity_core.changes.models import ChangesBody
-from activity_core.changes.reading import StoredChanges
 from activity_core.changes.view import ChangesView
 from activity_core.http.credentials import VIEWER_CREDENTIAL
 from activity_core.http.deps import Changes
 from activity_core.http.routes_operator import errors_of
+from activity_core.operator.changes import StoredChanges
 
 __all__ = ["BUNDLE_MEDIA_TYPE", "PATCH_MEDIA_TYPE", "bundle_response", "patch_response", "router"]
 

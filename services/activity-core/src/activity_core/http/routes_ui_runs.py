@@ -18,11 +18,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
-from activity_core.changes.reading import StoredChanges
 from activity_core.http.deps import Audit, Changes, Queue, Views
 from activity_core.http.routes_changes import bundle_response, patch_response
 from activity_core.http.ui_guard import UiCaller
 from activity_core.http.ui_pages import answer, page, secured
+from activity_core.operator.changes import StoredChanges
 from activity_core.queue.errors import QueueRefusal
 from activity_core.ui.changes_display import file_displays
 from activity_core.ui.run_filters import parse_run_filters

@@ -67,6 +67,7 @@ MAX_PATCH_BYTES = 64 * 1024 * 1024
 _VIEW_CACHE_SIZE = 16
 T = TypeVar("T")
 _READ_CHUNK = 65536
+_STDERR_BYTES = 4096
 # scratch_git's own settings for every call (its _BASE_CONFIG and the no-transport rule):
 # the prefix read below runs git the same way.
 _CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "protocol.allow=never")
@@ -117,13 +118,15 @@ class _ScratchOutput:
             cwd=str(git_dir.parent),
             start_new_session=True,
         )
+        # stderr is drained all along (git never blocks on it), its start kept
+        stderr_read = asyncio.ensure_future(_drain(process.stderr))
         try:
             async with asyncio.timeout(DEFAULT_TIMEOUT_S):
                 data, cut = await _prefix(process.stdout, limit)
                 if cut:
                     return GitOutput(data, cut=True)
-                stderr = await process.stderr.read(4096) if process.stderr else b""
                 code = await process.wait()
+                stderr = await stderr_read
         except TimeoutError as exc:
             raise ChangesUnreadable(
                 f"git {args[0]} took longer than {DEFAULT_TIMEOUT_S} s"
@@ -133,10 +136,22 @@ class _ScratchOutput:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+            if not stderr_read.done():
+                stderr_read.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await stderr_read
         if code != 0:
             said = stderr.decode("utf-8", "replace").strip()
             raise ChangesUnreadable(f"git {args[0]} exited {code}: {said}")
         return GitOutput(data, cut=False)
+
+
+async def _drain(stream: asyncio.StreamReader | None) -> bytes:
+    kept = b""
+    if stream is not None:
+        while chunk := await stream.read(_READ_CHUNK):
+            kept = (kept + chunk)[:_STDERR_BYTES]
+    return kept
 
 
 async def _prefix(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
