@@ -14,8 +14,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-
 from ac_changes import BINARY, ChangedRuns
+
 from ac_serve import Done, serve_env, serve_process
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN
 from activity_core.operator.cli import main
@@ -34,19 +34,19 @@ async def served(db_dsn: str) -> AsyncIterator[str]:
         yield url
 
 
-class _Out(io.StringIO):
-    """A text stream with a binary buffer, as sys.stdout has: --patch writes bytes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.buffer = io.BytesIO()
+def _out() -> tuple[io.TextIOWrapper, io.BytesIO]:
+    """A text stream over a binary buffer, as sys.stdout is: --patch writes bytes."""
+    raw = io.BytesIO()
+    return io.TextIOWrapper(raw, encoding="utf-8", write_through=True), raw
 
 
 async def runs(url: str, *argv: str, token: str = OPERATOR_TOKEN) -> tuple[Done, bytes]:
     environ = {"NO_PROXY": "*", "ACTIVITY_CORE_API_URL": url, "ACTIVITY_CORE_OPERATOR_TOKEN": token}
-    out, err = _Out(), io.StringIO()
+    (out, raw), err = _out(), io.StringIO()
     code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
-    return Done(code, out.getvalue(), err.getvalue()), out.buffer.getvalue()
+    out.flush()
+    data = raw.getvalue()
+    return Done(code, data.decode("utf-8", "replace"), err.getvalue()), data
 
 
 async def test_runs_changes_prints_the_summary_the_json_and_the_patch(
