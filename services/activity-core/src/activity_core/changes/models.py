@@ -9,6 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from activity_core.changes.view import ChangeStatus
+from ops_contracts import RunPublication
 
 __all__ = ["ChangedFile", "ChangesBody", "CommitBody"]
 
@@ -51,4 +52,8 @@ class ChangesBody(_Model):
     files: list[ChangedFile]
     truncated: bool
     note: str | None = Field(description="which bound cut the view, when one did")
-    publication: None = Field(default=None, description="null: not published")
+    publication: RunPublication | None = Field(
+        default=None,
+        description="the run's publication (POST /ops-runs/{id}/publish); null when none "
+        "was asked for",
+    )

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "MAX_FILES",
@@ -143,8 +143,9 @@ class ChangesView:
     files: tuple[FileChange, ...]
     truncated: bool
     note: str | None
-    # the run's publication (POST /ops-runs/{id}/publish): null until one is asked for
-    publication: None = None
+    # the run's publication (POST /ops-runs/{id}/publish): null until one is asked for;
+    # the run's `publication` object otherwise (publication/record.py)
+    publication: dict[str, Any] | None = None
 
 
 def _text(raw: bytes) -> str:

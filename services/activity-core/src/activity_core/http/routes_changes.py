@@ -90,7 +90,8 @@ async def get_changes(run_id: uuid.UUID, changes: Changes) -> ChangesView:
     its commits (oldest first), its files (status added, modified, deleted, renamed or
     type_changed; +/- line counts; binary) and each file's unified diff. Bounded: at most
     300 files, 64 KiB of one file's diff and 1 MiB in all; past a bound `truncated` is
-    true and `note` says which bound. `publication` is null until one is asked for."""
+    true and `note` says which bound. `publication` is the run's publication (state, ref,
+    commit, pull request, error), null until one is asked for."""
     return await changes.view(run_id)
 
 

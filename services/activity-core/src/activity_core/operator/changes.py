@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import uuid
@@ -50,6 +51,8 @@ from activity_core.changes.view import (
     derive,
 )
 from activity_core.db.unavailable import Unit, run_unit
+from activity_core.publication import queries as publication_queries
+from activity_core.publication.record import project_publication
 from activity_core.queue.errors import QueueRefusal
 from ops_contracts import RefusalCode
 
@@ -203,7 +206,17 @@ class ChangesReader:
         return stored
 
     async def view(self, run_id: uuid.UUID) -> ChangesView:
-        return await self.view_of(await self.require(run_id))
+        """The view, with the run's publication as it is now (never cached: it changes)."""
+        view = await self.view_of(await self.require(run_id))
+        row = await run_unit(
+            self._pool,
+            Unit.READ,
+            lambda conn: conn.fetchrow(publication_queries.GET_PUBLICATION, run_id),
+            untouched=True,
+        )
+        if row is None:
+            return view
+        return dataclasses.replace(view, publication=project_publication(dict(row)))
 
     async def view_of(self, stored: StoredChanges) -> ChangesView:
         derived = self._views.get(stored.digest)

@@ -184,6 +184,13 @@ async def test_an_operator_publishes_and_a_repeat_pushes_nothing(publishing: Pub
     publication = shown.json()["publication"]
     assert publication["state"] == "published" and publication["pull_request_url"] == PR_URL
     assert publication["commit"] == history.tip and publication["ref"] == ref
+    # and the change view too
+    view = await publishing.api.http.get(
+        f"/ops-runs/{run_id}/changes", headers=publishing.api.operator_headers()
+    )
+    assert view.status_code == 200, view.text
+    assert view.json()["publication"]["state"] == "published"
+    assert view.json()["publication"]["pull_request_url"] == PR_URL
     # a second publish: published, no new workflow, no second push, no second PR
     again = await publishing.publish(run_id)
     assert again.status_code == 200 and again.json()["publication"]["state"] == "published"
