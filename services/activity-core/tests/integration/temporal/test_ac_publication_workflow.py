@@ -21,8 +21,11 @@ import httpx
 import pytest
 import respx
 from ac_publication_kit import (
+    FORGEJO_API,
+    PR_URL,
     TARGET_REPO,
     History,
+    forgejo_router,
     receive_pack_posts,
     run_history,
     seed_published_candidate,
@@ -42,9 +45,6 @@ from activity_core.temporal.dev_server import DevServer
 from activity_core.temporal.worker import build_activities, build_worker
 from ops_testsupport.changes_bundles import git
 from ops_testsupport.git_server import GitServer
-
-FORGEJO_API = "https://forgejo.example.org/api/v1"
-PR_URL = "https://forgejo.example.org/research/briefs/pulls/1"
 
 
 @dataclass
@@ -93,17 +93,6 @@ async def runs(url: str, *argv: str, token: str) -> Done:
     out, err = io.StringIO(), io.StringIO()
     code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
     return Done(code, out.getvalue(), err.getvalue())
-
-
-def forgejo_router() -> respx.MockRouter:
-    router = respx.MockRouter(assert_all_called=False, assert_all_mocked=True)
-    router.get(url__regex=rf"^{FORGEJO_API}/repos/research/briefs/pulls/main/.+$").mock(
-        return_value=httpx.Response(404, json={"message": "not found"})
-    )
-    router.post(f"{FORGEJO_API}/repos/research/briefs/pulls", name="open").mock(
-        return_value=httpx.Response(201, json={"html_url": PR_URL, "number": 1})
-    )
-    return router
 
 
 @pytest.fixture
