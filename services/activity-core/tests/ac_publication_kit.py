@@ -8,12 +8,17 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+import respx
+
 from ac_testkit import SeededQueue
 from ops_contracts import RepositoryGrantV1, parse_repository_grant
 from ops_testsupport.changes_bundles import build_changes_bundle, bundle_digest, commit_files
 from ops_testsupport.git_server import GitServer
 
 TARGET_REPO = "research/briefs"
+FORGEJO_API = "https://forgejo.example.org/api/v1"
+PR_URL = "https://forgejo.example.org/research/briefs/pulls/1"
 
 GRANT_RAW = {
     "version": "1",
@@ -123,3 +128,14 @@ async def seed_published_candidate(
         data,
     )
     return run_id
+
+
+def forgejo_router() -> respx.MockRouter:
+    router = respx.MockRouter(assert_all_called=False, assert_all_mocked=True)
+    router.get(url__regex=rf"^{FORGEJO_API}/repos/research/briefs/pulls/main/.+$").mock(
+        return_value=httpx.Response(404, json={"message": "not found"})
+    )
+    router.post(f"{FORGEJO_API}/repos/research/briefs/pulls", name="open").mock(
+        return_value=httpx.Response(201, json={"html_url": PR_URL, "number": 1})
+    )
+    return router

@@ -708,6 +708,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     from activity_core.http import (
         routes_automation_pause,
         routes_automations,
+        routes_changes,
         routes_fire,
         routes_health,
         routes_operator,
@@ -726,6 +727,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         routes_queue.router,
         routes_operator.runs_router,
         routes_operator.router,
+        routes_changes.router,
         routes_automations.router,
         routes_fire.router,
         routes_publication.router,

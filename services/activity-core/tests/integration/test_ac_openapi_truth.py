@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from ac_changes import ChangedRuns, store
 from ac_definitions import GRANT
 from fastapi.routing import APIRoute
 
@@ -48,6 +49,7 @@ from ac_testkit import (
 from activity_core.http import (
     routes_automation_pause,
     routes_automations,
+    routes_changes,
     routes_fire,
     routes_health,
     routes_operator,
@@ -80,6 +82,9 @@ OPERATION_IDS = {
     ("post", "/ops-runs/{run_id}/cancel"): "cancelRun",
     ("post", "/ops-runs/{run_id}/publish"): "publishRun",
     ("get", "/ops-runs/{run_id}/explain"): "explainRun",
+    ("get", "/ops-runs/{run_id}/changes"): "getRunChanges",
+    ("get", "/ops-runs/{run_id}/changes.patch"): "getRunChangesPatch",
+    ("get", "/ops-runs/{run_id}/changes.bundle"): "getRunChangesBundle",
     ("get", "/ops/runs/summary"): "getRunsSummary",
     ("get", "/ops/runs/dead-letter"): "listDeadLetterRuns",
     ("get", "/ops/workers"): "listWorkers",
@@ -135,6 +140,7 @@ JSON_ROUTERS = (
     routes_queue.router,
     routes_operator.runs_router,
     routes_operator.router,
+    routes_changes.router,
     routes_automations.router,
     routes_fire.router,
     routes_publication.router,
@@ -339,6 +345,10 @@ class World:
     manual: str = "walk-manual"
     paused: str = "walk-paused"
     fire_run_id: str = ""
+    # a succeeded run with its changes stored (ac_changes), and one whose bundle git
+    # cannot read
+    changed: str = ""
+    unreadable: str = ""
 
     async def seed(self) -> None:
         scheduled = await self.automations.automation(
@@ -417,6 +427,10 @@ async def _publish(world: World) -> Request:
     return Request(params={"run_id": await world.run(state="succeeded", attempt=1)})
 
 
+async def _changes_read(world: World) -> Request:
+    return Request(params={"run_id": world.changed})
+
+
 async def _automation(world: World) -> Request:
     return Request(params={"automation_id": world.scheduled})
 
@@ -448,6 +462,9 @@ VALID: dict[str, Valid] = {
     "cancelRun": _cancel,
     "publishRun": _publish,
     "explainRun": _run_read,
+    "getRunChanges": _changes_read,
+    "getRunChangesPatch": _changes_read,
+    "getRunChangesBundle": _changes_read,
     "getRunsSummary": _nothing,
     "listDeadLetterRuns": _nothing,
     "listWorkers": _nothing,
@@ -601,6 +618,12 @@ async def _refusal_probes(walk: Walk, world: World, http: httpx.AsyncClient) -> 
     # reads
     await call("listRuns", "no such automation", query={"automation": "no-such"})
     await call("listRuns", "limit 0", query={"limit": 0})
+    for operation in ("getRunChanges", "getRunChangesPatch", "getRunChangesBundle"):
+        await call(operation, "no such run", params={"run_id": gone})
+        await call(operation, "no changes stored", params={"run_id": await world.run()})
+        await call(operation, "not a UUID", params={"run_id": "not-a-uuid"})
+    for operation in ("getRunChanges", "getRunChangesPatch"):
+        await call(operation, "a bundle git cannot read", params={"run_id": world.unreadable})
     for operation in ("getRun", "explainRun"):
         await call(operation, "no such run", params={"run_id": gone})
         await call(operation, "not a UUID", params={"run_id": "not-a-uuid"})
@@ -779,13 +802,25 @@ async def _requests_no_operation_takes(walk: Walk, http: httpx.AsyncClient) -> N
             break
 
 
+async def _seed_changes(world: World, db: asyncpg.Connection, root: Path) -> None:
+    changed = await ChangedRuns(db, root).changed([({"notes/a.md": "a\n"}, "walk")])
+    world.changed = str(changed.run_id)
+    unreadable = await world.run(state="succeeded", attempt=1, result={"ok": True})
+    cut = changed.bundle[: changed.bundle.index(b"\n\n") + 2] + b"PACK" + b"\x00" * 40
+    await store(
+        db, uuid.UUID(unreadable), 1, cut, changed.baseline, changed.head_after, changed.commits
+    )
+    world.unreadable = unreadable
+
+
 async def test_the_walk_answers_only_documented_statuses_and_enumerated_codes(
-    walk_apps: dict[str, AppClient], db: asyncpg.Connection
+    walk_apps: dict[str, AppClient], db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     document = walk_apps["up"].app.openapi()
     assert set(VALID) == set(operations(document))
     world = World(SeededQueue(db), SeededAutomations(db))
     await world.seed()
+    await _seed_changes(world, db, tmp_path)
     walk = Walk(document)
     await _generic_probes(walk, world, walk_apps)
     await _refusal_probes(walk, world, walk_apps["up"].http)

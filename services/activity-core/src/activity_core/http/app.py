@@ -25,6 +25,7 @@ from activity_core.http.openapi import install_openapi
 from activity_core.http.request_metrics import RequestMetrics
 from activity_core.http.routes_automation_pause import router as automation_pause_router
 from activity_core.http.routes_automations import router as automations_router
+from activity_core.http.routes_changes import router as changes_router
 from activity_core.http.routes_fire import router as fire_router
 from activity_core.http.routes_health import router as health_router
 from activity_core.http.routes_operator import router as operator_router
@@ -37,6 +38,7 @@ from activity_core.http.routes_ui_runs import router as ui_runs_router
 from activity_core.http.worker_fast_path import WorkerFastPath
 from activity_core.operator.actions import RunActions
 from activity_core.operator.audit import AuditLog
+from activity_core.operator.changes import ChangesReader
 from activity_core.operator.sessions import UiSessions
 from activity_core.operator.views import OperatorViews
 from activity_core.queue.metrics import QueueMetrics
@@ -122,6 +124,7 @@ def create_app(
         app.state.audit = audit = AuditLog(pool)
         app.state.ui_sessions = UiSessions(pool)
         app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
+        app.state.changes_reader = ChangesReader(pool)
         app.state.operator_views = OperatorViews(
             pool, max_attempts=settings.max_attempts, sightings=sightings
         )
@@ -161,6 +164,7 @@ def create_app(
         queue_router,
         operator_runs_router,
         operator_router,
+        changes_router,
         automations_router,
         fire_router,
         publication_router,

@@ -16,6 +16,7 @@ from activity_core.http.auth import Authenticator, bearer_token
 from activity_core.http.operator_context import actor_of
 from activity_core.operator.actions import RunActions
 from activity_core.operator.audit import Actor, AuditLog
+from activity_core.operator.changes import ChangesReader
 from activity_core.operator.views import OperatorViews
 from activity_core.queue.service import QueueService
 from activity_core.settings import ActivityCoreSettings
@@ -25,6 +26,7 @@ __all__ = [
     "Actions",
     "Artefacts",
     "Audit",
+    "Changes",
     "Queue",
     "Settings",
     "Views",
@@ -131,6 +133,11 @@ async def _audit(request: Request) -> AuditLog:
     return audit
 
 
+async def _changes(request: Request) -> ChangesReader:
+    reader: ChangesReader = request.app.state.changes_reader
+    return reader
+
+
 async def _actor(request: Request) -> Actor:
     return actor_of(request)
 
@@ -139,6 +146,7 @@ Queue = Annotated[QueueService, Depends(_queue)]
 Actions = Annotated[RunActions, Depends(_run_actions)]
 Views = Annotated[OperatorViews, Depends(_operator_views)]
 Audit = Annotated[AuditLog, Depends(_audit)]
+Changes = Annotated[ChangesReader, Depends(_changes)]
 # The operator acting (the principal OPERATOR_CREDENTIAL authenticated) and the request id.
 Acting = Annotated[Actor, Depends(_actor)]
 Artefacts = Annotated[ArtefactService, Depends(_artefacts)]

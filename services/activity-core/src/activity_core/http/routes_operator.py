@@ -46,7 +46,7 @@ from ops_contracts import (
     WorkersResponse,
 )
 
-__all__ = ["router", "runs_router"]
+__all__ = ["errors_of", "router", "runs_router"]
 
 runs_router = APIRouter(prefix="/ops-runs", tags=["operator"])
 router = APIRouter(prefix="/ops", tags=["operator"])
@@ -68,6 +68,10 @@ _DESCRIBED = {
 def _errors(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
     texts = {**_DESCRIBED, **{int(k.removeprefix("s")): v for k, v in described.items()}}
     return {s: {"model": ErrorBody, "description": texts[s]} for s in statuses}
+
+
+# The operator plane's documented errors, for its other routers (routes_changes.py).
+errors_of = _errors
 
 
 IdempotencyKey = Annotated[

@@ -1,5 +1,6 @@
-"""The ops UI's forms that act: requeue and cancel a run, requeue a selection of the dead
-letter (or everything its filter matches, bounded), pause and resume an automation.
+"""The ops UI's forms that act: requeue, cancel and publish a run, requeue a selection of
+the dead letter (or everything its filter matches, bounded), pause and resume an
+automation.
 
 Each is a POST that ui_guard.acting_caller admits (a form, from the UI's origin, within
 a session, with the session's CSRF token, by an operator; a viewer's attempt is audited)
@@ -24,6 +25,7 @@ from activity_core.http.ui_pages import answer_form, page, redirect
 from activity_core.operator.actions import RequeueResult
 from activity_core.operator.audit import AuditLog, audit_target
 from activity_core.temporal.pause import MAX_REASON_LENGTH, AutomationPauses
+from activity_core.temporal.publication_start import request_publication
 from ops_contracts import REFUSAL_HTTP_STATUS, cancel_reason_error, text_error
 
 __all__ = ["router"]
@@ -76,6 +78,29 @@ async def cancel_run(request: Request, run_id: RunRef, actions: Actions) -> Resp
         return redirect(f"/ops/ui/runs/{parsed}?done=cancelled")
 
     return await answer_form(request, "cancel", audit_target("ops_run", run_id), do)
+
+
+@router.post("/runs/{run_id}/publish")
+async def publish_run(request: Request, run_id: RunRef, audit: Audit) -> Response:
+    """The run page's Publish form: the same service as POST /ops-runs/{id}/publish."""
+    target = audit_target("ops_run", run_id)
+
+    async def do(caller: UiCaller, form: Form) -> Response:
+        parsed = _run_id(run_id)
+        actor = caller.actor(request)
+        settings = request.app.state.settings
+        async with audit.action(actor, "publish", target) as act:
+            await request_publication(
+                request.app.state.pool,
+                request.app.state.temporal,
+                run_id=parsed,
+                requested_by=actor.name,
+                task_queue=settings.temporal_task_queue,
+                audit=act,
+            )
+        return redirect(f"/ops/ui/runs/{parsed}?done=publishing#publication")
+
+    return await answer_form(request, "publish", target, do)
 
 
 @router.post("/dead-letter/requeue")

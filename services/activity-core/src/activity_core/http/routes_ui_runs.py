@@ -1,5 +1,7 @@
 """The ops UI's queue-wide views: runs (filtered, keyset pages, counts at the top), one
-run (its explanation, its audit trail and what may be done to it), the dead letter
+run (its explanation, its changes, its audit trail and what may be done to it; its
+changes' patch and bundle as downloads under the session, whose cookie never opens the
+JSON API), the dead letter
 (failed and expired runs, requeued one by one or as a selection) and the workers.
 
 Reads only; the forms on these pages post to routes_ui_actions.py. Every query value is
@@ -10,14 +12,19 @@ its field, never a 422 body or a 500.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
-from activity_core.http.deps import Audit, Queue, Views
+from activity_core.http.deps import Audit, Changes, Queue, Views
+from activity_core.http.routes_changes import bundle_response, patch_response
 from activity_core.http.ui_guard import UiCaller
-from activity_core.http.ui_pages import answer, page
+from activity_core.http.ui_pages import answer, page, secured
+from activity_core.operator.changes import StoredChanges
+from activity_core.queue.errors import QueueRefusal
+from activity_core.ui.changes_display import file_displays
 from activity_core.ui.run_filters import parse_run_filters
 from ops_contracts import RunState, text_error
 
@@ -33,6 +40,7 @@ DONE_NOTES = {
     "requeued": "Requeued: this is the new run.",
     "cancelled": "Cancelled: the run is failed; its worker stops at its next heartbeat.",
     "repeated": "This run was requeued before: this is the run that request made.",
+    "publishing": "Publication asked for: its state is below.",
 }
 
 RunRef = Annotated[str, Path(min_length=1, max_length=200)]
@@ -66,9 +74,33 @@ async def runs(request: Request, queue: Queue, views: Views) -> Response:
     return await answer(request, body)
 
 
+def _no_such_run(caller: UiCaller) -> Response:
+    return page(
+        caller,
+        "message.html",
+        status=404,
+        heading="Not found",
+        detail="No ops run has this id.",
+        code="not_found",
+    )
+
+
+async def _changes_context(changes: Changes, run_id: uuid.UUID) -> dict[str, Any]:
+    """The Changes section's values: the view, or why it cannot be shown (the rest of the
+    page is shown either way)."""
+    stored = await changes.stored(run_id)
+    if stored is None:
+        return {"changes": None, "change_files": [], "changes_error": None}
+    try:
+        view = await changes.view_of(stored)
+    except QueueRefusal as exc:
+        return {"changes": None, "change_files": [], "changes_error": exc.detail}
+    return {"changes": view, "change_files": file_displays(view), "changes_error": None}
+
+
 @router.get("/runs/{run_id}")
 async def run_page(
-    request: Request, run_id: RunRef, queue: Queue, views: Views, audit: Audit
+    request: Request, run_id: RunRef, queue: Queue, views: Views, audit: Audit, changes: Changes
 ) -> Response:
     done = DONE_NOTES.get(request.query_params.get("done", ""))
 
@@ -76,14 +108,7 @@ async def run_page(
         try:
             parsed = uuid.UUID(run_id)
         except ValueError:
-            return page(
-                caller,
-                "message.html",
-                status=404,
-                heading="Not found",
-                detail="No ops run has this id.",
-                code="not_found",
-            )
+            return _no_such_run(caller)
         run = await queue.get(parsed)
         state, reasons = await views.explain(parsed)
         entries, _ = await audit.page(target=f"ops_run:{parsed}", limit=50)
@@ -96,9 +121,42 @@ async def run_page(
             audit=entries,
             done=done,
             refresh_seconds=REFRESH_SECONDS if live else None,
+            **await _changes_context(changes, parsed),
         )
 
     return await answer(request, body)
+
+
+async def _download(
+    request: Request,
+    run_id: str,
+    changes: Changes,
+    make: Callable[[StoredChanges], Awaitable[Response]],
+) -> Response:
+    async def body(caller: UiCaller) -> Response:
+        try:
+            parsed = uuid.UUID(run_id)
+        except ValueError:
+            return _no_such_run(caller)
+        return secured(await make(await changes.require(parsed)))
+
+    return await answer(request, body)
+
+
+@router.get("/runs/{run_id}/changes.patch")
+async def changes_patch(request: Request, run_id: RunRef, changes: Changes) -> Response:
+    async def make(stored: StoredChanges) -> Response:
+        return patch_response(stored, await changes.patch_of(stored))
+
+    return await _download(request, run_id, changes, make)
+
+
+@router.get("/runs/{run_id}/changes.bundle")
+async def changes_bundle(request: Request, run_id: RunRef, changes: Changes) -> Response:
+    async def make(stored: StoredChanges) -> Response:
+        return bundle_response(stored)
+
+    return await _download(request, run_id, changes, make)
 
 
 def _dead_letter_filters(params: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -111,6 +111,30 @@ class Api:
             return Answer(response.status_code, payload)
         raise _refusal(response.status_code, payload)
 
+    def download(self, path: str, *, media_type: str) -> bytes:
+        """A GET whose 200 is not JSON (a patch, a bundle): its bytes; every other answer
+        becomes a CliError as `call`'s do."""
+        try:
+            response = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise CliError(
+                f"activity-core is not reachable at {self._http.base_url}: {type(exc).__name__}",
+                EXIT_UNAVAILABLE,
+            ) from exc
+        if response.status_code == 200:
+            if response.headers.get("content-type", "").split(";")[0].strip() != media_type:
+                raise CliError(
+                    f"activity-core answered 200 with {response.headers.get('content-type')!r},"
+                    f" not {media_type}",
+                    EXIT_UNAVAILABLE,
+                )
+            return response.content
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        raise _refusal(response.status_code, payload)
+
 
 def _refusal(status: int, payload: Any) -> CliError:
     code = payload.get("code") if isinstance(payload, dict) else None

@@ -10,8 +10,10 @@
     activity-core runs publish RUN_ID
     activity-core runs summary
     activity-core runs workers
+    activity-core runs changes RUN_ID [--patch]
 
-Each prints a table (or lines) by default and the API's JSON with `--json`. The API is
+Each prints a table (or lines) by default and the API's JSON with `--json`; `changes
+--patch` prints the mbox `git am` applies on the run's baseline. The API is
 ACTIVITY_CORE_API_URL (default http://127.0.0.1:8080, or `--url`); the credential is the
 contents of ACTIVITY_CORE_OPERATOR_TOKEN_FILE when set, else ACTIVITY_CORE_OPERATOR_TOKEN
 (an operator's token; a viewer's reads only).
@@ -281,6 +283,59 @@ def cmd_workers(api: Api, args: argparse.Namespace, io: Io) -> int:
     return EXIT_OK
 
 
+PATCH_MEDIA_TYPE = "application/mbox"
+
+
+def cmd_changes(api: Api, args: argparse.Namespace, io: Io) -> int:
+    if args.patch and args.json:
+        raise CliError("--patch and --json: one or the other", EXIT_USAGE)
+    if args.patch:
+        patch = api.download(f"/ops-runs/{args.run_id}/changes.patch", media_type=PATCH_MEDIA_TYPE)
+        buffer = getattr(io.out, "buffer", None)
+        if buffer is not None:
+            io.out.flush()
+            buffer.write(patch)
+            buffer.flush()
+        else:
+            io.out.write(patch.decode("utf-8", errors="replace"))
+        return EXIT_OK
+    body = api.call("GET", f"/ops-runs/{args.run_id}/changes").body
+    if args.json:
+        print_json(io.out, body)
+        return EXIT_OK
+    commits = body["commits"]
+    io.out.write(
+        f"{body['run_id']}  attempt {body['attempt']}: {len(commits)} "
+        f"commit{'s' if len(commits) != 1 else ''} on {body['baseline'][:12]}, "
+        f"tip {body['head_after'][:12]}\n"
+    )
+    for commit in commits:
+        io.out.write(
+            f"  {commit['sha'][:12]}  {_line(commit['subject'])}  "
+            f"({_line(commit['author_name'])} <{_line(commit['author_email'])}>, "
+            f"{commit['authored_at'][:10]})\n"
+        )
+    io.out.write("\n")
+    print_table(
+        io.out,
+        ["STATUS", "+", "-", "PATH"],
+        [
+            [
+                f["status"],
+                "bin" if f["binary"] else f"+{f['additions']}",
+                "bin" if f["binary"] else f"-{f['deletions']}",
+                _line(f["path"])
+                if f["old_path"] is None
+                else f"{_line(f['old_path'])} -> {_line(f['path'])}",
+            ]
+            for f in body["files"]
+        ],
+    )
+    if body["truncated"]:
+        io.out.write(f"\nshown in part: {body['note'] or 'some diffs are cut'}\n")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Command] = {
     "list": cmd_list,
     "show": cmd_show,
@@ -290,6 +345,7 @@ COMMANDS: dict[str, Command] = {
     "publish": cmd_publish,
     "summary": cmd_summary,
     "workers": cmd_workers,
+    "changes": cmd_changes,
 }
 
 
@@ -341,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_argument("run_id", type=_run_id)
     command("summary", "the queue at a glance")
     command("workers", "the workers the queue has seen")
+    changes = command("changes", "what a run changed: its commits and files (+/-)")
+    changes.add_argument("run_id", type=_run_id)
+    changes.add_argument(
+        "--patch", action="store_true", help="print the mbox (git am applies it on the baseline)"
+    )
     return parser
 
 
@@ -360,6 +421,12 @@ def main(
 
 
 # -- output -------------------------------------------------------------------------------------
+
+
+def _line(text: str) -> str:
+    """A name or subject on one line of a terminal: control characters (an escape
+    sequence, a carriage return) shown as U+FFFD, never sent to the terminal."""
+    return "".join("\ufffd" if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text)
 
 
 def _age(seconds: float) -> str:

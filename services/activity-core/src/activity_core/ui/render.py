@@ -24,9 +24,16 @@ _STATE_CLASSES = frozenset(
 )
 
 
-def _when(value: datetime | None) -> str:
+def _when(value: datetime | str | None) -> str:
     if value is None:
         return "—"
+    if isinstance(value, str):
+        # a time inside a jsonb value (the run's publication) arrives as ISO text
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        return _when(parsed)
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 

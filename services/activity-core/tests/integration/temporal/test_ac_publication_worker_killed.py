@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 from ac_publication_kit import (
@@ -107,7 +108,7 @@ async def test_kill_9_of_the_temporal_worker_mid_publish_publishes_exactly_once(
     run_id = await seed_published_candidate(SeededQueue(db), history)
     log = tmp_path / "temporal-worker.log"
     env = _env(**settings)
-    app_env = {
+    app_env: dict[str, Any] = {
         k: v
         for k, v in settings.items()
         if k not in ("ACTIVITY_CORE_DATABASE_URL", "ACTIVITY_CORE_LOG_LEVEL")

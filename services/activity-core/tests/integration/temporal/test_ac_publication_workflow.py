@@ -21,8 +21,11 @@ import httpx
 import pytest
 import respx
 from ac_publication_kit import (
+    FORGEJO_API,
+    PR_URL,
     TARGET_REPO,
     History,
+    forgejo_router,
     receive_pack_posts,
     run_history,
     seed_published_candidate,
@@ -32,7 +35,7 @@ from temporalio.client import Client
 from ac_serve import Done, serve_env, serve_process
 from ac_temporal_kit import ScriptedSink
 from ac_testkit import AppClient, SeededQueue, running_app, settings_env
-from ac_ui import ALICE, BOB, named_operators
+from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, named_operators, post_form, session
 from activity_core.db.pool import create_pool
 from activity_core.operator.cli import main
 from activity_core.publication.activities import PublicationActivities
@@ -42,9 +45,6 @@ from activity_core.temporal.dev_server import DevServer
 from activity_core.temporal.worker import build_activities, build_worker
 from ops_testsupport.changes_bundles import git
 from ops_testsupport.git_server import GitServer
-
-FORGEJO_API = "https://forgejo.example.org/api/v1"
-PR_URL = "https://forgejo.example.org/research/briefs/pulls/1"
 
 
 @dataclass
@@ -93,17 +93,6 @@ async def runs(url: str, *argv: str, token: str) -> Done:
     out, err = io.StringIO(), io.StringIO()
     code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
     return Done(code, out.getvalue(), err.getvalue())
-
-
-def forgejo_router() -> respx.MockRouter:
-    router = respx.MockRouter(assert_all_called=False, assert_all_mocked=True)
-    router.get(url__regex=rf"^{FORGEJO_API}/repos/research/briefs/pulls/main/.+$").mock(
-        return_value=httpx.Response(404, json={"message": "not found"})
-    )
-    router.post(f"{FORGEJO_API}/repos/research/briefs/pulls", name="open").mock(
-        return_value=httpx.Response(201, json={"html_url": PR_URL, "number": 1})
-    )
-    return router
 
 
 @pytest.fixture
@@ -184,6 +173,13 @@ async def test_an_operator_publishes_and_a_repeat_pushes_nothing(publishing: Pub
     publication = shown.json()["publication"]
     assert publication["state"] == "published" and publication["pull_request_url"] == PR_URL
     assert publication["commit"] == history.tip and publication["ref"] == ref
+    # and the change view too
+    view = await publishing.api.http.get(
+        f"/ops-runs/{run_id}/changes", headers=publishing.api.operator_headers()
+    )
+    assert view.status_code == 200, view.text
+    assert view.json()["publication"]["state"] == "published"
+    assert view.json()["publication"]["pull_request_url"] == PR_URL
     # a second publish: published, no new workflow, no second push, no second PR
     again = await publishing.publish(run_id)
     assert again.status_code == 200 and again.json()["publication"]["state"] == "published"
@@ -315,3 +311,45 @@ async def test_the_cli_publishes_and_runs_show_shows_the_publication(
         assert again.code == 0 and again.json()["publication"]["state"] == "published"
         viewer = await runs(url, "publish", str(run_id), token=BOB)
         assert viewer.code != 0 and "forbidden" in viewer.err
+
+
+async def test_the_run_pages_publish_form_is_an_operators_with_csrf_from_the_uis_origin(
+    publishing: Publishing,
+) -> None:
+    history = publishing.history()
+    run_id = await seed_published_candidate(publishing.seeded, history)
+    http = publishing.api.http
+    path = f"/ops/ui/runs/{run_id}"
+    # the UI's origin is ACTIVITY_CORE_PUBLIC_URL's
+    ui = {"origin": "https://ops.example.org"}
+    alice = cookie_of(await login(http, ALICE, "alice", headers=ui))
+    before = await http.get(path, headers=session(alice))
+    assert "Not published" in before.text and 'data-action="publish"' in before.text
+    csrf = csrf_in(before.text)
+    # cross-origin, token-less, and a viewer's own token: each changes nothing
+    cross = await post_form(
+        http, f"{path}/publish", {"csrf_token": csrf}, alice, {"origin": "https://evil.example"}
+    )
+    assert cross.status_code == 403
+    tokenless = await post_form(http, f"{path}/publish", {}, alice, ui)
+    assert tokenless.status_code == 403 and "token" in tokenless.text.lower()
+    bob = cookie_of(await login(http, BOB, "bob", headers=ui))
+    viewer_page = await http.get(path, headers=session(bob))
+    assert 'data-action="publish"' not in viewer_page.text
+    forged = await post_form(
+        http, f"{path}/publish", {"csrf_token": csrf_in(viewer_page.text)}, bob, ui
+    )
+    assert forged.status_code == 403 and "Viewers cannot act" in forged.text
+    assert await publishing.db.fetchval("SELECT count(*) FROM ops_run_publications") == 0
+    assert receive_pack_posts(publishing.server) == 0
+    refused = [(e["actor"], e["outcome"]) for e in await publishing.audit(run_id)]
+    assert ("bob", "refused") in refused
+    # the operator's form, from the UI's origin with the session's token: published
+    done = await post_form(http, f"{path}/publish", {"csrf_token": csrf}, alice, ui)
+    assert done.status_code == 303
+    assert done.headers["location"] == f"{path}?done=publishing#publication"
+    await publishing.settled(run_id)
+    after = await http.get(path, headers=session(alice))
+    assert 'data-field="publication_state">published' in after.text
+    assert changes_ref(str(run_id), 1) in after.text and PR_URL in after.text
+    assert 'data-action="publish"' not in after.text
