@@ -67,9 +67,10 @@ async def test_an_operator_reads_what_a_succeeded_run_changed(
         commits = await section.locator("[data-field=commits] .subject").all_inner_texts()
         assert commits == ["brief: morning brief for 7 December", "brief: list it in the index"]
         rows = await section.locator("[data-field=files] tbody tr").all_inner_texts()
+        # the deletions column says U+2212, the minus sign
         assert [r.split("\t") for r in rows] == [
-            ["briefs/2026-12-07.md", "added", "+8", "−0"],
-            ["briefs/index.md", "modified", "+1", "−1"],
+            ["briefs/2026-12-07.md", "added", "+8", "\u22120"],
+            ["briefs/index.md", "modified", "+1", "\u22121"],
         ]
         index = page.locator(f"#{change_anchor('briefs/index.md')}")
         assert await index.locator(".d-add").all_inner_texts() == ["+- [7 December](2026-12-07.md)"]

@@ -10,7 +10,10 @@ from activity_core.ui.changes_display import DiffLine, anchor_of, diff_lines
 
 
 def test_a_diff_is_cut_at_newlines_only_and_each_line_marked_by_its_first_character() -> None:
-    diff = "@@ -1,2 +1,2 @@\n ctx\f-not a deletion\n-old\u2028+not an addition\n+\tnew\n\\ No newline at end of file\n"
+    diff = (
+        "@@ -1,2 +1,2 @@\n ctx\f-not a deletion\n-old\u2028+not an addition\n+\tnew\n"
+        "\\ No newline at end of file\n"
+    )
     assert diff_lines(diff) == (
         DiffLine("d-hunk", "@@ -1,2 +1,2 @@"),
         DiffLine("d-ctx", " ctx\f-not a deletion"),
