@@ -83,10 +83,10 @@ class ChangedRuns:
         }
         return await self.seeded.run(**values)
 
-    def repository(self) -> tuple[Path, str]:
+    def repository(self, object_format: str = "sha1") -> tuple[Path, str]:
         self._count += 1
         repo = self.root / f"repo-{self._count}"
-        return repo, make_repository(repo)
+        return repo, make_repository(repo, object_format=object_format)
 
     async def changed(
         self,
@@ -95,10 +95,11 @@ class ChangedRuns:
         attempt: int = 1,
         setup: dict[str, str | bytes | None] | None = None,
         run_attempt: int | None = None,
+        object_format: str = "sha1",
     ) -> Changed:
         """A run (at `run_attempt`, default `attempt`) with the changes of `commits` stored
         for `attempt`. `setup` is committed into the baseline first."""
-        repo, baseline = self.repository()
+        repo, baseline = self.repository(object_format)
         if setup:
             baseline = commit_files(repo, setup, "setup")
         shas = [commit_files(repo, files, message) for files, message in commits]

@@ -287,3 +287,31 @@ async def test_the_patch_applies_with_git_am_on_the_baseline_and_the_bundle_is_t
     run("git", "bundle", "verify", "--quiet", str(path))
     run("git", "fetch", "--quiet", str(path), f"refs/heads/rein/{changed.run_id}/1:refs/heads/got")
     assert run("git", "rev-parse", "got").decode().strip() == changed.head_after
+
+
+async def test_paths_with_tabs_newlines_quotes_and_bytes_that_are_not_utf8(
+    app: AppClient, changed_runs: ChangedRuns
+) -> None:
+    latin1 = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    odd = 'a\tb "c"\nd.txt'
+    changed = await changed_runs.changed([({odd: "1\n", latin1: "2\n"}, "odd names")])
+    body = (await app.http.get(f"/ops-runs/{changed.run_id}/changes", headers=OPERATOR)).json()
+    paths = [f["path"] for f in body["files"]]
+    # git's bytes exactly where they are UTF-8, U+FFFD where they are not
+    assert sorted(paths) == sorted([odd, "caf\ufffd.txt"])
+    assert all(f["additions"] == 1 and f["status"] == "added" for f in body["files"])
+
+
+async def test_a_sha256_repositorys_changes_are_read_the_same_way(
+    app: AppClient, changed_runs: ChangedRuns, tmp_path: Path
+) -> None:
+    changed = await changed_runs.changed(
+        [({"notes/a.md": "a\n"}, "sha-256")], object_format="sha256"
+    )
+    assert len(changed.head_after) == 64
+    body = (await app.http.get(f"/ops-runs/{changed.run_id}/changes", headers=OPERATOR)).json()
+    assert [c["sha"] for c in body["commits"]] == changed.commits
+    assert _files(body)["notes/a.md"]["diff"] == "@@ -0,0 +1 @@\n+a\n"
+    patch = await app.http.get(f"/ops-runs/{changed.run_id}/changes.patch", headers=OPERATOR)
+    assert patch.status_code == 200
+    assert patch.content.startswith(b"From " + changed.commits[0].encode())
