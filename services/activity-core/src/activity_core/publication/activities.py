@@ -87,7 +87,7 @@ class PublicationActivities:
         self._forgejo_transport = forgejo_transport
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.push, self.pull_request, self.mark_failed]
+        return [self.push, self.pull_request, self.mark_failed, self.pull_request_gave_up]
 
     async def _refuse(self, params: PublishChangesInput, reason: str) -> ApplicationError:
         await record_failed(self._pool, params, reason)
@@ -165,6 +165,11 @@ class PublicationActivities:
                 raise ApplicationError(str(exc), type="ForgejoUnavailable") from None
             await record_pull_request(self._pool, params.publication, url, None)
             return url
+
+    @activity.defn(name="publication_pull_request_gave_up")
+    async def pull_request_gave_up(self, params: PublicationFailedInput) -> None:
+        """The pull request's retries ran out: the published row says so."""
+        await record_pull_request(self._pool, params.publication, None, params.reason)
 
     @activity.defn(name="publication_mark_failed")
     async def mark_failed(self, params: PublicationFailedInput) -> None:

@@ -100,6 +100,12 @@ class PublishChangesWorkflow:
                 )
             except ActivityError as exc:
                 error = f"the pull request could not be opened: {exc.cause or exc}"
+                await workflow.execute_activity_method(
+                    PublicationActivities.pull_request_gave_up,
+                    PublicationFailedInput(publication=params, reason=error),
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_DB_RETRY,
+                )
         return PublishChangesResult(
             state="published",
             ref=push.ref,

@@ -353,3 +353,20 @@ async def test_the_run_pages_publish_form_is_an_operators_with_csrf_from_the_uis
     assert 'data-field="publication_state">published' in after.text
     assert changes_ref(str(run_id), 1) in after.text and PR_URL in after.text
     assert 'data-action="publish"' not in after.text
+
+
+async def test_a_refused_pull_request_leaves_the_branch_published_with_the_reason(
+    publishing: Publishing,
+) -> None:
+    publishing.forgejo.routes["open"].mock(
+        return_value=httpx.Response(403, json={"message": "token lacks write:repository"})
+    )
+    history = publishing.history()
+    run_id = await seed_published_candidate(publishing.seeded, history)
+    assert (await publishing.publish(run_id)).status_code == 202
+    row = await publishing.settled(run_id)
+    assert row["state"] == "published" and row["pull_request_url"] is None
+    assert "pull request could not be opened" in row["error"]
+    assert "token lacks write:repository" in row["error"]
+    assert "forgejo-secret-token" not in row["error"]
+    assert publishing.server.refs(TARGET_REPO)[changes_ref(str(run_id), 1)] == history.tip
