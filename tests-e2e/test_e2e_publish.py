@@ -121,9 +121,11 @@ def test_fire_run_changes_publish_lands_head_after_on_the_forge(
         answer = api.post(f"/ops-runs/{run_id}/publish")
         assert answer.status_code in (200, 202), answer.text
         published = stack.wait(
-            lambda: (p := _publication(api, run_id)) is not None
-            and p["state"] in ("published", "failed")
-            and p,
+            lambda: (
+                (p := _publication(api, run_id)) is not None
+                and p["state"] in ("published", "failed")
+                and p
+            ),
             timeout=90,
             what="the publication to end",
         )
