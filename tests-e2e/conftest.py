@@ -37,6 +37,7 @@ from e2e_kit.stack import Stack, new_token, processes_under, start_stack
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.stack import base_environment, temporal_dev_server
 from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_testsupport.git_server import GitServer, running_git_server
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +101,15 @@ def paths(e2e_root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def forge(e2e_root: Path) -> Iterator[GitServer]:
+    """The team's forge for the session: a real git smart-HTTP server with Basic auth,
+    which activity-core's Temporal worker publishes operator-approved changes to (and
+    which a scenario's workers may fetch from in remote mode)."""
+    with running_git_server(e2e_root / "forge") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def stack(
     supervisor: Supervisor,
     e2e_root: Path,
@@ -108,6 +118,7 @@ def stack(
     hub: StubHub,
     tokens: dict[str, str],
     paths: dict[str, Path],
+    forge: GitServer,
 ) -> Iterator[Stack]:
     before = len(supervisor.processes)
     built = start_stack(
@@ -123,6 +134,13 @@ def stack(
         task_queue="e2e-session",
         replicas=2,
         name="session",
+        extra={
+            "ACTIVITY_CORE_REPOSITORY_URL": f"{forge.base_url}/{{target_repo}}.git",
+            "ACTIVITY_CORE_REPOSITORY_USERNAME": forge.username,
+            "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(
+                forge.write_token_file(e2e_root / "forge-secrets")
+            ),
+        },
     )
     yield built
     built.db.close()

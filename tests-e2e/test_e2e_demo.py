@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -55,6 +56,48 @@ def _new_user(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _assert_the_printed_commands_show_and_publish_the_change(
+    out: str, home: Path, env: dict[str, str], token: str
+) -> None:
+    """The demo prints where the change is seen and how it is published; both commands
+    work as printed (with the operator's token): the change lists the brief, and the
+    publish pushes the landed branch to the forge at the run's commit."""
+    state = home / ".local" / "state" / "ops-demo"
+    forge = state / "forge" / "research" / "briefs.git"
+    mirror = state / "mirrors" / "research" / "briefs.git"
+    cli_env = {**env, "ACTIVITY_CORE_OPERATOR_TOKEN": token}
+    change = re.search(
+        r"^  the change: uv run activity-core (runs changes \S+ --url \S+)$", out, re.M
+    )
+    publish = re.search(
+        r"^  publish it: uv run activity-core (runs publish (\S+) --url \S+)$", out, re.M
+    )
+    branch = re.search(r"\(pushes (rein/\S+) to ", out)
+    assert change and publish and branch, out
+    activity_core = str(console_script("activity-core"))
+    shown = subprocess.run(
+        [activity_core, *change[1].split()], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "briefs/" in shown.stdout, shown.stdout
+    published = subprocess.run(
+        [activity_core, *publish[1].split()],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert published.returncode == 0, published.stderr
+    landed = _git("-C", str(mirror), "rev-parse", branch[1])
+    deadline = time.monotonic() + 60
+    while (
+        _git("-C", str(forge), "for-each-ref", "--format=%(objectname)", f"refs/heads/{branch[1]}")
+        != landed
+    ):
+        assert time.monotonic() < deadline, f"{branch[1]} was not published to the forge"
+        time.sleep(0.5)
+
+
 @pytest.mark.timeout(240)
 def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
     tmp_path: Path,
@@ -99,6 +142,7 @@ def test_the_demo_completes_a_run_serves_the_ui_and_stops_cleanly_on_ctrl_c(
         assert "briefs/" in page.text  # the artefact
         assert "profile.bwrap-local" in page.text  # the brief ran in the sandbox
         _assert_the_run_started_from_the_fetched_remote(out, Path(home))
+        _assert_the_printed_commands_show_and_publish_the_change(out, Path(home), env, token[1])
 
         demo.send_signal(signal.SIGINT)  # what Ctrl-C in its terminal sends
         assert demo.wait(90) == 0, demo.output()

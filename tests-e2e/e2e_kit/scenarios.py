@@ -180,6 +180,9 @@ SESSION_DEFINITIONS = {
     "e2e-remote": definition(
         "e2e-remote", repo="e2e/remote", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
     ),
+    "e2e-publish": definition(
+        "e2e-publish", repo="e2e/publish", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
+    ),
 }
 
 RESTART_DEFINITIONS = {

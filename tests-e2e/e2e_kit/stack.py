@@ -9,7 +9,7 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -285,9 +285,11 @@ def start_stack(
     task_queue: str,
     replicas: int,
     name: str,
+    extra: Mapping[str, str] | None = None,
 ) -> Stack:
     """Migrate, then start `replicas` serve processes and the Temporal worker (at once),
-    then sync the definitions: a deployment as its release order has it."""
+    then sync the definitions: a deployment as its release order has it. `extra`: more
+    activity-core settings for every process (the forge publication pushes to, say)."""
     from ops_demo.stack import (
         activity_core_migrate,
         activity_core_serve,
@@ -305,6 +307,7 @@ def start_stack(
         state_hub_url=hub.url,
         max_attempts=3,
         forgejo_web_base=FORGEJO,
+        extra=dict(extra or {}),
     )
     activity_core_migrate(sup, config)
     stack = Stack(

@@ -218,6 +218,9 @@ class Demo:
         self.temporal_ui_port = free_port()
         # the worker's mirrors of the repositories it fetches (REIN_AHARNESS_REPOSITORIES_ROOT)
         self.mirrors = self.state / "mirrors"
+        # set once known: activity-core's address, the forge the worker fetches from
+        self.url = ""
+        self.repository_url = ""
 
     # -- the steps --------------------------------------------------------------------
 
@@ -239,22 +242,6 @@ class Demo:
         dsn = self.postgres.start()
         self.out.step(f"PostgreSQL (embedded), data in {self.postgres.pgdata}", started)
 
-        operator_token = secrets.token_urlsafe(24)
-        config = ActivityCoreConfig(
-            database_url=dsn,
-            temporal_address=temporal_address,
-            operator_token=operator_token,
-            worker_token=secrets.token_urlsafe(24),
-            worker_id=WORKER_ID,
-        )
-        started = time.monotonic()
-        migrated = activity_core_migrate(sup, config)
-        self.out.step(_last_line(migrated.output, "schema migrated"), started)
-
-        started = time.monotonic()
-        temporal.wait_ready()
-        self.out.step(f"Temporal dev server at {temporal_address}", started)
-
         repositories = self.mirrors
         repository_url = args.repository_url
         if repository_url is None:
@@ -265,6 +252,29 @@ class Demo:
                 message="ops-demo: an empty briefs repository",
             )
             repository_url = f"file://{forge}/{{target_repo}}.git"
+        self.repository_url = repository_url
+        # activity-core publishes an operator-approved change to the same forge the
+        # worker fetches from (its Temporal worker pushes; the worker never does)
+        publication = {"ACTIVITY_CORE_REPOSITORY_URL": repository_url}
+        if args.repository_token_file is not None:
+            publication["ACTIVITY_CORE_REPOSITORY_TOKEN_FILE"] = str(args.repository_token_file)
+        operator_token = secrets.token_urlsafe(24)
+        config = ActivityCoreConfig(
+            database_url=dsn,
+            temporal_address=temporal_address,
+            operator_token=operator_token,
+            worker_token=secrets.token_urlsafe(24),
+            worker_id=WORKER_ID,
+            extra=publication,
+        )
+        started = time.monotonic()
+        migrated = activity_core_migrate(sup, config)
+        self.out.step(_last_line(migrated.output, "schema migrated"), started)
+
+        started = time.monotonic()
+        temporal.wait_ready()
+        self.out.step(f"Temporal dev server at {temporal_address}", started)
+
         repositories.mkdir(parents=True, exist_ok=True)
         worker_config = WorkerConfig(
             activity_core_url="",  # set below, once the port is known
@@ -291,6 +301,7 @@ class Demo:
             wait=False,
         )
         serve.wait_ready()
+        self.url = url
         self.out.step(f"activity-core at {url}", started)
         temporal_worker.wait_ready()
         self.out.step(f"activity-core temporal-worker (task queue {config.task_queue})", started)
@@ -386,9 +397,25 @@ class Demo:
                 repository = self.mirrors / f"{target}.git"
                 self.out.line(f"  artefact {artefact['path']} at commit {head} (branch {branch})")
                 self.out.line(f"  see it:  git -C {repository} show {branch}:{artefact['path']}")
+            if ops_run["state"] == "succeeded" and ops_run["artifacts"]:
+                self._report_hand_off(
+                    str(ops_run["id"]), f"rein/{ops_run['id']}/{ops_run['attempt']}"
+                )
             if ops_run["last_error"]:
                 self.out.line(f"  last error: {ops_run['last_error']}")
         return _Outcome(run_id)
+
+    def _report_hand_off(self, ops_run_id: str, branch: str) -> None:
+        """Where the change is seen and how it is published: the worker handed it to
+        activity-core; publishing is an operator's act (activity-core pushes the branch to
+        the forge), never the worker's."""
+        cli = f"uv run activity-core runs {{}} {ops_run_id} --url {self.url}"
+        self.out.line(f"  the change: {cli.format('changes')}")
+        self.out.line("              (or the Changes section of the run's page in the Ops UI)")
+        self.out.line(f"  publish it: {cli.format('publish')}")
+        self.out.line(f"              (pushes {branch} to {self.repository_url}; or the")
+        self.out.line("              Publish button on the run's page; both as the operator,")
+        self.out.line("              with ACTIVITY_CORE_OPERATOR_TOKEN set to the token below)")
 
     def _watch(self) -> None:
         while True:
