@@ -708,6 +708,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     from activity_core.http import (
         routes_automation_pause,
         routes_automations,
+        routes_changes_upload,
         routes_fire,
         routes_health,
         routes_operator,
@@ -723,6 +724,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
     routers = (
         routes_queue.router,
+        routes_changes_upload.router,
         routes_operator.runs_router,
         routes_operator.router,
         routes_automations.router,
@@ -739,6 +741,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         ("POST", "/ops-runs/{run_id}/heartbeat"),
         ("POST", "/ops-runs/{run_id}/complete"),
         ("POST", "/ops-runs/{run_id}/fail"),
+        ("PUT", "/ops-runs/{run_id}/changes"),
     }
     declared = set()
     for route in routes:
