@@ -1,6 +1,10 @@
-"""Runs with stored changes for the change view's tests: a history made with real git, its
-bundle made by the reference builder (ops_testsupport.changes_bundles), stored in
-`ops_run_changes` through the service's own statement (changes/queries.py)."""
+"""Real changes in the tests, made with real git and bundled by the reference builder
+(ops_testsupport.changes_bundles):
+
+- for the upload and the close: a repository, commits, the bundle the worker would upload
+  and the close's evidence that names it (make_changes, completion);
+- for the change view: succeeded runs whose changes are stored in `ops_run_changes`
+  through the service's own statement (changes/queries.py) (ChangedRuns, store)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import asyncpg
 
 from ac_testkit import WORKER_ID, SeededQueue
 from activity_core.changes import queries
+from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from ops_testsupport.changes_bundles import (
     build_changes_bundle,
     bundle_digest,
@@ -21,7 +26,16 @@ from ops_testsupport.changes_bundles import (
     make_repository,
 )
 
-__all__ = ["HOSTILE_CONTENT", "HOSTILE_NAME", "QUOTED_NAME", "Changed", "ChangedRuns"]
+__all__ = [
+    "HOSTILE_CONTENT",
+    "HOSTILE_NAME",
+    "QUOTED_NAME",
+    "Changed",
+    "ChangedRuns",
+    "Changes",
+    "completion",
+    "make_changes",
+]
 
 HOSTILE_NAME = "<script>alert(1)</script>.md"
 QUOTED_NAME = 'docs/a "quoted"\nname.txt'
@@ -111,3 +125,66 @@ class ChangedRuns:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Changes:
+    repo: Path
+    baseline: str
+    commits: tuple[str, ...]
+    paths: tuple[str, ...]
+    bundle: bytes
+
+    @property
+    def head_after(self) -> str:
+        return self.commits[-1]
+
+    @property
+    def digest(self) -> str:
+        return bundle_digest(self.bundle)
+
+
+def make_changes(
+    where: Path,
+    run_id: uuid.UUID | str,
+    attempt: int = 1,
+    *,
+    commits: list[dict[str, str | bytes | None]] | None = None,
+) -> Changes:
+    """A repository under `where` with a baseline and `commits` (one dict of files each;
+    by default one commit adding briefs/2026-12-03.md), and the attempt's bundle."""
+    repo = where / f"repo-{run_id}-{attempt}"
+    baseline = make_repository(repo)
+    made: list[str] = []
+    paths: set[str] = set()
+    default: list[dict[str, str | bytes | None]] = [{"briefs/2026-12-03.md": "# brief\n"}]
+    for n, files in enumerate(commits or default):
+        made.append(commit_files(repo, files, f"change {n + 1}"))
+        paths.update(files)
+    bundle = build_changes_bundle(repo, baseline, made[-1], str(run_id), attempt)
+    return Changes(repo, baseline, tuple(made), tuple(sorted(paths)), bundle)
+
+
+def completion(grant: dict[str, Any], changes: Changes, **overrides: Any) -> dict[str, Any]:
+    """A granted complete's result naming exactly `changes` (override any transaction
+    field; None drops it)."""
+    parsed = parse_repository_grant(grant)
+    transaction: dict[str, Any] = {
+        "transaction_id": "tx-1",
+        "baseline_digest": changes.baseline,
+        "changes_digest": changes.digest,
+        "grant_id": grant_id(parsed),
+        "acceptance_policy_id": acceptance_policy_id(parsed),
+        "acceptance": "accepted",
+        "accepted_commits": list(changes.commits),
+        "accepted_paths": list(changes.paths),
+    }
+    head_after = overrides.pop("head_after", changes.head_after)
+    transaction.update(overrides)
+    result: dict[str, Any] = {
+        "ok": True,
+        "repository_transaction": {k: v for k, v in transaction.items() if v is not None},
+    }
+    if head_after is not None:
+        result["head_after"] = head_after
+    return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -105,6 +106,28 @@ class AppClient:
             f"/ops-runs/{run_id}/fail",
             json={"worker_id": worker_id, **body},
             headers=self.worker_headers(),
+        )
+
+    async def upload_changes(
+        self,
+        run_id: Any,
+        bundle: bytes,
+        *,
+        attempt: int = 1,
+        worker_id: str = WORKER_ID,
+        digest: str | None = None,
+        content_type: str | None = "application/x-git-bundle",
+    ) -> httpx.Response:
+        """PUT /ops-runs/{run_id}/changes; `digest` defaults to the body's own."""
+        headers = self.worker_headers()
+        headers["X-Changes-Digest"] = digest or "sha256:" + hashlib.sha256(bundle).hexdigest()
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return await self.http.put(
+            f"/ops-runs/{run_id}/changes",
+            params={"worker_id": worker_id, "attempt": attempt},
+            content=bundle,
+            headers=headers,
         )
 
     async def heartbeat(

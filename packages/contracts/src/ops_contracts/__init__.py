@@ -6,6 +6,14 @@ accepts, so extend, never rename.
 """
 
 from ops_contracts.canonical import canonical_json, digest_hex
+from ops_contracts.changes import (
+    CHANGES_DIGEST_HEADER,
+    CHANGES_DIGEST_PATTERN,
+    CHANGES_MEDIA_TYPE,
+    ChangesDigest,
+    ChangesStored,
+    changes_ref_name,
+)
 from ops_contracts.close_intent import CloseIntent, close_intent_digest, close_intent_encoding
 from ops_contracts.codes import (
     CANCELLED_BY_OPERATOR_DETAIL,
@@ -91,6 +99,9 @@ from ops_contracts.refs import ATTRIBUTION_REF_KEYS
 __all__ = [
     "ATTRIBUTION_REF_KEYS",
     "CANCELLED_BY_OPERATOR_DETAIL",
+    "CHANGES_DIGEST_HEADER",
+    "CHANGES_DIGEST_PATTERN",
+    "CHANGES_MEDIA_TYPE",
     "CONCLUSIVE_CHANGES_REFUSALS",
     "CONCLUSIVE_CLOSE_REFUSALS",
     "IDEMPOTENCY_KEY_PATTERN",
@@ -106,6 +117,8 @@ __all__ = [
     "AuditOutcome",
     "AuditPage",
     "CancelRequest",
+    "ChangesDigest",
+    "ChangesStored",
     "ClaimRequest",
     "ClaimResponse",
     "CloseAction",
@@ -155,6 +168,7 @@ __all__ = [
     "acceptance_policy_id",
     "cancel_reason_error",
     "canonical_json",
+    "changes_ref_name",
     "close_intent_digest",
     "close_intent_encoding",
     "digest_hex",

@@ -131,18 +131,20 @@ def build_changes_bundle(
     ref_tip: str | None = None,
     prerequisite: str | None = None,
     first_parent: bool = True,
+    extra_objects: tuple[str, ...] = (),
 ) -> bytes:
     """The changes bundle of `baseline..tip` for the run's attempt, per docs/changes.md.
 
     Tampering: `ref_name` (another ref than the attempt's), `ref_tip` (the ref line names
     another commit than the pack's tip), `prerequisite` (the header names another
     baseline than the history's), `first_parent=False` (every commit of the range and its
-    diff against every parent, so a merge's second-parent history rides along)."""
+    diff against every parent, so a merge's second-parent history rides along),
+    `extra_objects` (packed too, e.g. the commit a false prerequisite names)."""
     rev_list = ["rev-list", "--reverse", f"{baseline}..{tip}"]
     if first_parent:
         rev_list.insert(1, "--first-parent")
     commits = _text(repo, *rev_list).split()
-    objects: list[str] = [*commits, baseline]
+    objects: list[str] = [*commits, baseline, *extra_objects]
     for commit in [baseline, *commits]:
         objects.append(_text(repo, "rev-parse", f"{commit}^{{tree}}"))
     for commit in commits:

@@ -167,6 +167,18 @@ class ActivityCoreSettings(BaseSettings):
     max_body_bytes: int = Field(
         default=1_048_576, ge=1024, le=64 * 1_048_576, alias="ACTIVITY_CORE_MAX_BODY_BYTES"
     )
+    # A run's changes bundle (docs/changes.md): the largest upload taken (413 past it), and
+    # how long a terminal run's stored changes are kept (deleted by the upkeep loop,
+    # queue/vacuum.py).
+    changes_max_bytes: int = Field(
+        default=8 * 1_048_576,
+        ge=1024,
+        le=256 * 1_048_576,
+        alias="ACTIVITY_CORE_CHANGES_MAX_BYTES",
+    )
+    changes_retention_days: int = Field(
+        default=90, ge=1, le=36_500, alias="ACTIVITY_CORE_CHANGES_RETENTION_DAYS"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", alias="ACTIVITY_CORE_LOG_LEVEL"
     )

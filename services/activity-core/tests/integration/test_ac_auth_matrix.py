@@ -709,6 +709,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         routes_automation_pause,
         routes_automations,
         routes_changes,
+        routes_changes_upload,
         routes_fire,
         routes_health,
         routes_operator,
@@ -725,6 +726,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
     routers = (
         routes_queue.router,
+        routes_changes_upload.router,
         routes_operator.runs_router,
         routes_operator.router,
         routes_changes.router,
@@ -743,6 +745,7 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
         ("POST", "/ops-runs/{run_id}/heartbeat"),
         ("POST", "/ops-runs/{run_id}/complete"),
         ("POST", "/ops-runs/{run_id}/fail"),
+        ("PUT", "/ops-runs/{run_id}/changes"),
     }
     declared = set()
     for route in routes:

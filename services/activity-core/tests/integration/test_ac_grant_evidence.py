@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from ac_changes import completion, make_changes
 
 from ac_testkit import AppClient, SeededQueue
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
@@ -43,9 +45,14 @@ async def granted_claim(api: AppClient, seeded: SeededQueue) -> uuid.UUID:
     return run_id
 
 
-async def test_matching_evidence_completes(api: AppClient, seeded: SeededQueue) -> None:
+async def test_matching_evidence_completes(
+    api: AppClient, seeded: SeededQueue, tmp_path: Path
+) -> None:
     run_id = await granted_claim(api, seeded)
-    result = {"ok": True, "repository_transaction": {**transaction(), "allowed_paths": ["x"]}}
+    changes = make_changes(tmp_path, run_id)
+    assert (await api.upload_changes(run_id, changes.bundle)).status_code == 201
+    result = completion(GRANT, changes)
+    result["repository_transaction"]["allowed_paths"] = ["x"]
     response = await api.complete(run_id, result)
     assert response.status_code == 200, response.text
     stored = (await seeded.row(run_id))["result"]["repository_transaction"]

@@ -33,6 +33,7 @@ import asyncpg
 import httpx
 import pytest
 from ac_changes import ChangedRuns, store
+from ac_changes import completion, make_changes
 from ac_definitions import GRANT
 from fastapi.routing import APIRoute
 
@@ -50,6 +51,7 @@ from activity_core.http import (
     routes_automation_pause,
     routes_automations,
     routes_changes,
+    routes_changes_upload,
     routes_fire,
     routes_health,
     routes_operator,
@@ -77,6 +79,7 @@ OPERATION_IDS = {
     ("post", "/ops-runs/{run_id}/heartbeat"): "heartbeatRun",
     ("post", "/ops-runs/{run_id}/complete"): "completeRun",
     ("post", "/ops-runs/{run_id}/fail"): "failRun",
+    ("put", "/ops-runs/{run_id}/changes"): "uploadChanges",
     ("post", "/ops-runs/requeue"): "requeueRuns",
     ("post", "/ops-runs/{run_id}/requeue"): "requeueRun",
     ("post", "/ops-runs/{run_id}/cancel"): "cancelRun",
@@ -138,6 +141,7 @@ FORM_LIKE_JSON = "application/json; x=application/x-www-form-urlencoded"
 # The routers of the JSON API (the ops UI's are not in the document).
 JSON_ROUTERS = (
     routes_queue.router,
+    routes_changes_upload.router,
     routes_operator.runs_router,
     routes_operator.router,
     routes_changes.router,
@@ -333,6 +337,9 @@ class Request:
     params: dict[str, str] = field(default_factory=dict)
     query: dict[str, Any] | None = None
     json_body: Any = None
+    # a body that is not JSON (a changes bundle), and the headers that describe it
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -341,6 +348,8 @@ class World:
 
     seeded: SeededQueue
     automations: SeededAutomations
+    # where the changes bundles of granted runs are made (a repository each)
+    where: Path
     scheduled: str = "walk-scheduled"
     manual: str = "walk-manual"
     paused: str = "walk-paused"
@@ -410,6 +419,23 @@ async def _fail(world: World) -> Request:
     )
 
 
+def changes_upload(run_id: str, bundle: bytes, *, attempt: int = 1) -> Request:
+    return Request(
+        params={"run_id": run_id},
+        query={"worker_id": WORKER_ID, "attempt": attempt},
+        content=bundle,
+        headers={
+            "content-type": "application/x-git-bundle",
+            "x-changes-digest": "sha256:" + hashlib.sha256(bundle).hexdigest(),
+        },
+    )
+
+
+async def _upload_changes(world: World) -> Request:
+    run_id = await world.held(repository_grant=GRANT)
+    return changes_upload(run_id, make_changes(world.where, run_id).bundle)
+
+
 async def _requeue_many(world: World) -> Request:
     return Request(json_body={"run_ids": [await world.run(state="failed", attempt=1)]})
 
@@ -457,6 +483,7 @@ VALID: dict[str, Valid] = {
     "heartbeatRun": _heartbeat,
     "completeRun": _complete,
     "failRun": _fail,
+    "uploadChanges": _upload_changes,
     "requeueRuns": _requeue_many,
     "requeueRun": _requeue,
     "cancelRun": _cancel,
@@ -532,7 +559,8 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
                     params=request.params,
                     query=request.query,
                     json_body=request.json_body,
-                    headers=credentials[kind],
+                    content=request.content,
+                    headers={**credentials[kind], **request.headers},
                 )
                 assert response.status_code not in (401, 403), (operation, style, response.text)
             request = await valid(world)
@@ -562,7 +590,8 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
                     params=request.params,
                     query=request.query,
                     json_body=request.json_body,
-                    headers=headers,
+                    content=request.content,
+                    headers={**headers, **request.headers},
                 )
                 assert response.status_code in (401, 403), (operation, probe, response.text)
         headers = BEARER_CREDENTIAL[kind] if kind is not None else {}
@@ -592,7 +621,8 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
                 params=request.params,
                 query=request.query,
                 json_body=request.json_body,
-                headers=headers,
+                content=request.content,
+                headers={**headers, **request.headers},
             )
 
 
@@ -727,6 +757,62 @@ async def _refusal_probes(walk: Walk, world: World, http: httpx.AsyncClient) -> 
         json_body={**closes["completeRun"], "result": {"ok": False}},
     )
 
+    # the changes upload (docs/changes.md) and the close that needs it
+    async def upload(probe: str, request: Request, **overrides: Any) -> httpx.Response:
+        return await call(
+            "uploadChanges",
+            probe,
+            params=overrides.pop("params", request.params),
+            query=overrides.pop("query", request.query),
+            content=overrides.pop("content", request.content),
+            headers={**BEARER_CREDENTIAL[Credential.worker], **request.headers, **overrides},
+        )
+
+    valid = await _upload_changes(world)
+    await upload("no such run", valid, params={"run_id": gone})
+    await upload("not a UUID", valid, params={"run_id": "not-a-uuid"})
+    await upload("no worker_id", valid, query={"attempt": 1})
+    await upload("attempt 0", valid, query={"worker_id": WORKER_ID, "attempt": 0})
+    await upload("another worker's id", valid, query={"worker_id": OTHER_WORKER, "attempt": 1})
+    await upload("not a bundle's media type", valid, **{"content-type": "application/json"})
+    await upload("a digest that is not the body's", valid, **{"x-changes-digest": "sha256:0"})
+    await upload("a body over the bound", valid, content=b"\0" * (8 * 1_048_576 + 1))
+    await upload("garbage", valid, content=b"not a bundle", **{"x-changes-digest": "x"})
+    await upload("stored", valid)
+    await upload("the same bundle again", valid)
+    other_run = await world.held(repository_grant=GRANT)
+    other = make_changes(
+        world.where / "other", valid.params["run_id"], commits=[{"briefs/o.md": "o"}]
+    )
+    await upload(
+        "another bundle for the attempt", changes_upload(valid.params["run_id"], other.bundle)
+    )
+    for probe, run_id in (
+        ("an open run", await world.run(repository_grant=GRANT)),
+        ("held by another worker", await world.held(OTHER_WORKER, repository_grant=GRANT)),
+        ("its lease ended", await world.held(live=False, repository_grant=GRANT)),
+        ("a run without a grant", await world.held()),
+        (
+            "a terminal run",
+            await world.run(
+                state="failed", claim_owner=WORKER_ID, attempt=1, repository_grant=GRANT
+            ),
+        ),
+    ):
+        await upload(probe, changes_upload(run_id, make_changes(world.where, run_id).bundle))
+    later = make_changes(world.where / "later", other_run, attempt=2)
+    await upload("a later attempt", changes_upload(other_run, later.bundle, attempt=2))
+    unstored = await world.held(repository_grant=GRANT)
+    await call(
+        "completeRun",
+        "a granted complete before its changes are stored",
+        params={"run_id": unstored},
+        json_body={
+            **worker,
+            "result": completion(GRANT, make_changes(world.where / "unstored", unstored)),
+        },
+    )
+
     # the operator's actions
     await call("expireLeases", "an unknown field", json_body={"all": True})
     await call("requeueRuns", "no run ids", json_body={"run_ids": []})
@@ -818,7 +904,7 @@ async def test_the_walk_answers_only_documented_statuses_and_enumerated_codes(
 ) -> None:
     document = walk_apps["up"].app.openapi()
     assert set(VALID) == set(operations(document))
-    world = World(SeededQueue(db), SeededAutomations(db))
+    world = World(SeededQueue(db), SeededAutomations(db), tmp_path / "changes")
     await world.seed()
     await _seed_changes(world, db, tmp_path)
     walk = Walk(document)

@@ -12,8 +12,8 @@ __all__ = [
     "CHANGES_COLUMNS",
     "DELETE_EXPIRED",
     "GET_CHANGES",
+    "GET_CHANGES_FACTS",
     "GET_CURRENT_CHANGES",
-    "GET_CURRENT_CHANGES_FACTS",
     "INSERT_IF_ABSENT",
 ]
 
@@ -45,9 +45,9 @@ JOIN ops_run_changes c ON c.run_id = r.id AND c.attempt = r.attempt
 WHERE r.id = $1
 """
 
-# The same without the bundle, for the close's check ($1 run_id, $2 attempt: the close
-# names the attempt it fenced on, under the run's lock).
-GET_CURRENT_CHANGES_FACTS = f"""
+# One attempt's row without the bundle: the upload's fence and the close's check read it
+# under the run's row lock ($1 run_id, $2 the attempt fenced on).
+GET_CHANGES_FACTS = f"""
 SELECT {CHANGES_COLUMNS} FROM ops_run_changes WHERE run_id = $1 AND attempt = $2
 """
 

@@ -26,6 +26,7 @@ from activity_core.http.request_metrics import RequestMetrics
 from activity_core.http.routes_automation_pause import router as automation_pause_router
 from activity_core.http.routes_automations import router as automations_router
 from activity_core.http.routes_changes import router as changes_router
+from activity_core.http.routes_changes_upload import router as changes_upload_router
 from activity_core.http.routes_fire import router as fire_router
 from activity_core.http.routes_health import router as health_router
 from activity_core.http.routes_operator import router as operator_router
@@ -41,6 +42,7 @@ from activity_core.operator.audit import AuditLog
 from activity_core.operator.changes import ChangesReader
 from activity_core.operator.sessions import UiSessions
 from activity_core.operator.views import OperatorViews
+from activity_core.queue.changes_retention import ChangesRetention
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.run_ages import RunAges
 from activity_core.queue.service import QueueService
@@ -135,9 +137,15 @@ def create_app(
         sightings.start()
         run_ages = RunAges(pool, metrics=metrics)
         run_ages.start()
+        changes_retention = ChangesRetention(
+            pool, retention_days=settings.changes_retention_days, metrics=metrics
+        )
+        changes_retention.start()
+        app.state.changes_retention = changes_retention
         try:
             yield
         finally:
+            await changes_retention.stop()
             await run_ages.stop()
             await sightings.stop()
             await vacuum.stop()
@@ -162,6 +170,7 @@ def create_app(
     install_error_handlers(app)
     routers = (
         queue_router,
+        changes_upload_router,
         operator_runs_router,
         operator_router,
         changes_router,

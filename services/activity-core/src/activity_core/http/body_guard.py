@@ -34,6 +34,11 @@ as below, and the route then refuses what is not a JSON object of its model (422
 The 422 names the body as a whole (`errors: [{"loc": [], "type": "json_invalid", ...}]`),
 since there is no field to point at in a body that is not JSON.
 
+**Changes bundles.** `PUT /ops-runs/{run_id}/changes` takes a git bundle, not JSON, and
+up to ACTIVITY_CORE_CHANGES_MAX_BYTES rather than ACTIVITY_CORE_MAX_BODY_BYTES: its body
+is handed on unread (`is_changes_upload`), and its route reads it within its own bound
+and refuses any other media type (routes_changes_upload.py).
+
 Credentials come before the body: a body refused here (413, 415, 422) is answered so only
 to a caller that holds the credential its endpoint takes; anyone else gets that endpoint's
 401/403 (credentials.py). A body it accepts goes on, and the route checks the credential
@@ -62,6 +67,8 @@ __all__ = [
     "StrictJsonBody",
     "accepts_json",
     "check_tree",
+    "is_changes_upload",
+    "media_essence",
     "names_json",
     "parse_strict_json",
     "replaying",
@@ -99,6 +106,11 @@ def _media_type(content_type: str) -> tuple[str, list[tuple[str, str]]]:
     return essence.strip().lower(), parsed
 
 
+def media_essence(content_type: str | None) -> str:
+    """A Content-Type's `type/subtype`, lower case ("" when there is none)."""
+    return "" if content_type is None else _media_type(content_type)[0]
+
+
 def accepts_json(content_type: str | None) -> bool:
     """The one media type the API takes: application/json, optionally charset=utf-8."""
     if content_type is None:
@@ -113,6 +125,21 @@ def names_json(content_type: str | None) -> bool:
     """A media type that says its body is JSON (of some flavour): the API takes only the
     one `accepts_json` names and refuses the rest with 415."""
     return content_type is not None and "json" in _media_type(content_type)[0]
+
+
+# /ops-runs/<one segment>/changes, below the app's root path
+_CHANGES_UPLOAD = re.compile(r"^/ops-runs/[^/]+/changes$")
+
+
+def is_changes_upload(scope: Scope) -> bool:
+    """The request is an upload of a run's changes bundle (its route reads its body)."""
+    if scope.get("method") != "PUT":
+        return False
+    path: str = scope.get("path", "")
+    root_path: str = scope.get("root_path", "")
+    if root_path and path.startswith(root_path + "/"):
+        path = path[len(root_path) :]
+    return _CHANGES_UPLOAD.match(path) is not None
 
 
 def _is_form(content_type: str | None) -> bool:
@@ -265,6 +292,7 @@ class StrictJsonBody:
             scope["type"] != "http"
             or scope["method"] not in {"POST", "PUT", "PATCH"}
             or is_ui_request(scope)
+            or is_changes_upload(scope)
         ):
             await self.app(scope, receive, send)
             return

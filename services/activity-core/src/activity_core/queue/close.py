@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.changes import queries as changes_queries
 from activity_core.db.pool import EncodedJson
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
@@ -235,7 +236,21 @@ class Closes:
         """Every close, inside its transaction: lock the row, let decide_close answer,
         apply what it decided."""
         row = await conn.fetchrow(queries.LOCK_RUN_FOR_CLOSE, run_id)
-        decision = decide_close(row, request, max_attempts=self._max_attempts)
+        stored_changes = None
+        if (
+            row is not None
+            and request.action is CloseAction.complete
+            and row["repository_grant"] is not None
+            and row["state"] == RunState.claimed
+        ):
+            # the changes of the attempt this close is fenced on, read under the run's
+            # lock: an upload stores them under the same lock (queue/changes_upload.py)
+            stored_changes = await conn.fetchrow(
+                changes_queries.GET_CHANGES_FACTS, run_id, row["attempt"]
+            )
+        decision = decide_close(
+            row, request, max_attempts=self._max_attempts, stored_changes=stored_changes
+        )
         if isinstance(decision, Refuse):
             raise refusal(decision, run_id, request.worker_id, request.action.value)
         assert row is not None

@@ -2,7 +2,10 @@
 
 The order of refusals is the one the interface decisions fix: missing row, terminal row
 (reconciled or terminal_conflict), open row, another owner, ended lease or a stale
-attempt (both expired_lease), grant evidence.
+attempt (both expired_lease), grant evidence, and for a granted complete the changes
+stored for the run's current attempt (docs/changes.md): none is changes_not_stored (the
+worker uploads them and completes again; nothing changed), changes that do not match
+the evidence (digest, baseline, head_after, commits) are evidence_conflict.
 
 A run an operator cancelled is failed with no recorded close and no owner: every close
 of it is terminal_conflict and every heartbeat state_conflict, and their detail says who
@@ -21,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from activity_core.queue.grant_evidence import grant_evidence_problem
+from activity_core.queue.grant_evidence import changes_evidence_problem, grant_evidence_problem
 from ops_contracts import (
     CANCELLED_BY_OPERATOR_DETAIL,
     TERMINAL_STATES,
@@ -86,7 +89,15 @@ class ReopenRun:
 CloseDecision = Refuse | Reconcile | ApplyTerminal | ReopenRun
 
 
-def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -> CloseDecision:
+def decide_close(
+    row: Row | None,
+    request: CloseRequest,
+    *,
+    max_attempts: int,
+    stored_changes: Row | None = None,
+) -> CloseDecision:
+    """`stored_changes`: the ops_run_changes row of the run's current attempt (its facts,
+    without the bundle), or None when there is none; read only for a granted complete."""
     if row is None:
         return Refuse(RefusalCode.not_found, "no ops run with this id")
 
@@ -119,6 +130,17 @@ def decide_close(row: Row | None, request: CloseRequest, *, max_attempts: int) -
     problem = grant_evidence_problem(request.action, row["repository_grant"], transaction)
     if problem is not None:
         return Refuse(RefusalCode.evidence_conflict, problem)
+
+    if request.action is CloseAction.complete and row["repository_grant"] is not None:
+        if stored_changes is None:
+            return Refuse(
+                RefusalCode.changes_not_stored,
+                f"no changes are stored for attempt {row['attempt']}: upload them "
+                "(PUT /ops-runs/{run_id}/changes), then complete again",
+            )
+        mismatch = changes_evidence_problem(request.result, stored_changes)
+        if mismatch is not None:
+            return Refuse(RefusalCode.evidence_conflict, mismatch)
 
     if request.action is CloseAction.complete:
         return ApplyTerminal(RunState.succeeded)

@@ -9,7 +9,7 @@ omit transaction evidence (setup never began), but whatever it supplies must mat
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ops_contracts import (
     CloseAction,
@@ -20,7 +20,13 @@ from ops_contracts import (
     path_allowed,
 )
 
-__all__ = ["grant_evidence_problem"]
+__all__ = ["StoredChangesRow", "changes_evidence_problem", "grant_evidence_problem"]
+
+
+class StoredChangesRow(Protocol):
+    """An ops_run_changes row as the driver returns it (asyncpg.Record, or a dict)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 def grant_evidence_problem(
@@ -81,4 +87,25 @@ def grant_evidence_problem(
     outside = [p for p in paths if not (isinstance(p, str) and path_allowed(grant, p))]
     if outside:
         return "an accepted path lies outside the grant's allowed_paths"
+    return None
+
+
+def changes_evidence_problem(
+    result: Mapping[str, Any] | None, stored: StoredChangesRow
+) -> str | None:
+    """None when a granted completion's evidence names exactly the changes stored for its
+    attempt (ops_run_changes, docs/changes.md "Close"), else what differs."""
+    result = result or {}
+    transaction = result.get("repository_transaction") or {}
+    if transaction.get("changes_digest") != stored["digest"]:
+        return (
+            "repository_transaction.changes_digest is not the digest of the changes stored "
+            f"for this attempt ({stored['digest']})"
+        )
+    if transaction.get("baseline_digest") != stored["baseline"]:
+        return "repository_transaction.baseline_digest is not the stored changes' baseline"
+    if result.get("head_after") != stored["head_after"]:
+        return "result.head_after is not the stored changes' tip"
+    if list(transaction.get("accepted_commits") or []) != list(stored["commits"]):
+        return "repository_transaction.accepted_commits are not the stored changes' commits"
     return None

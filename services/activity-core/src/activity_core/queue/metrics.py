@@ -139,6 +139,20 @@ class QueueMetrics:
             registry=self.registry,
         )
 
+        self.changes_uploads = Counter(
+            "ops_run_changes_uploads",
+            "accepted uploads of a run's changes bundle, by outcome (stored, repeated)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ("stored", "repeated"):
+            self.changes_uploads.labels(outcome=outcome)
+        self.changes_expired = Counter(
+            "ops_run_changes_expired",
+            "stored changes bundles deleted past ACTIVITY_CORE_CHANGES_RETENTION_DAYS",
+            registry=self.registry,
+        )
+
     def count_close(self, action: str, disposition: str) -> None:
         counter = self._closes_by_kind.get((action, disposition))
         if counter is None:

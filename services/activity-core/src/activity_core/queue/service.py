@@ -23,6 +23,7 @@ from asyncpg.pool import PoolConnectionProxy
 from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
+from activity_core.queue.changes_upload import ChangesUploads
 from activity_core.queue.claim import Claims, ClaimSpec, record_ended_leases
 from activity_core.queue.close import Closes, refusal
 from activity_core.queue.close_decision import decide_heartbeat
@@ -104,6 +105,7 @@ class QueueService:
         self._closes = Closes(
             pool, max_attempts=max_attempts, metrics=metrics, coalesce_max=coalesce_max
         )
+        self._changes = ChangesUploads(pool, metrics=metrics)
 
     async def _run(
         self, unit: Unit, work: Callable[[PoolConnectionProxy[asyncpg.Record]], Awaitable[T]]
@@ -166,6 +168,23 @@ class QueueService:
     ) -> tuple[dict[str, Any], CloseDisposition]:
         return await self._closes.fail(
             run_id, worker_id, error, reopen=reopen, raw_result=raw_result, attempt=attempt
+        )
+
+    # -- changes ---------------------------------------------------------------------------
+
+    async def upload_changes(
+        self,
+        run_id: uuid.UUID,
+        worker_id: str,
+        attempt: int,
+        bundle: bytes,
+        *,
+        claimed_digest: str,
+    ) -> tuple[dict[str, Any], bool]:
+        """Store the attempt's changes bundle (queue/changes_upload.py): the stored row's
+        answer, and whether this call stored it (else the same digest was stored)."""
+        return await self._changes.upload(
+            run_id, worker_id, attempt, bundle, claimed_digest=claimed_digest
         )
 
     # -- operator ---------------------------------------------------------------------------
