@@ -31,6 +31,10 @@ quarantined). Then:
   settled; anything else quarantined). A close answered `changes_not_stored` then is
   quarantined with the upload's code.
 
+- the upload answered 405 `method_not_allowed`: this activity-core predates changes
+  (a rolling upgrade) and has no close check either; the close is sent without them,
+  logged.
+
 `on_upload`, when given, is told how each upload ended (`stored`, `already_stored`,
 `refused`), for the metrics; it must not raise.
 """
@@ -149,6 +153,15 @@ async def send_with_changes(
     for _ in range(UPLOAD_ROUNDS):
         try:
             await _upload(client, changes, record, digest, on_upload)
+        except QueueRejectedError as exc:
+            if not (exc.status == 405 and exc.code == RefusalCode.method_not_allowed.value):
+                raise
+            log.warning(
+                "activity-core takes no changes uploads (an older version): "
+                "closing without handing the changes over",
+                extra={"run_id": record.run_id, "digest": digest},
+            )
+            return await send_close(client, record)
         except ChangesRefusedError as refusal:
             if refusal.code not in CONCLUSIVE_CLOSE_REFUSALS:
                 raise
