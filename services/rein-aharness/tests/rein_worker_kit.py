@@ -329,7 +329,8 @@ Hook = Callable[[httpx.Request], Awaitable[httpx.Response | None]]
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
-    """Forwards to `inner`, recording `METHOD path` of every request, and its JSON body.
+    """Forwards to `inner`, recording `METHOD path` of every request, and its JSON body
+    (the bytes of any other body).
 
     `before(request)` may answer instead of the inner transport (or raise, like a network
     failure would); `after(request, response)` may replace or drop the response.
@@ -355,7 +356,11 @@ class RecordingTransport(httpx.AsyncBaseTransport):
         call = f"{request.method} {request.url.path}"
         self.calls.append(call)
         content = await request.aread()
-        self.bodies.append((call, json.loads(content) if content else None))
+        is_json = request.headers.get("content-type", "").startswith("application/json")
+        # a changes upload's body is a git bundle, recorded as its bytes
+        self.bodies.append(
+            (call, (json.loads(content) if is_json else content) if content else None)
+        )
         if self.before is not None:
             answer = await self.before(request)
             if answer is not None:

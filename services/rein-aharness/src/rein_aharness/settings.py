@@ -78,6 +78,9 @@ class ReinAharnessSettings(BaseSettings):
     REIN_AHARNESS_FETCH_TIMEOUT_SECONDS how long one attempt's fetch may take, 1..3600 (120)
     REIN_AHARNESS_FETCH_MAX_MB          how much one fetch may add to a mirror's objects,
                                         1..1048576 (2048)
+    REIN_AHARNESS_CHANGES_MAX_BYTES     how large a run's changes bundle may be, 1..1073741824
+                                        (8388608, 8 MiB); a larger one is rejected work
+                                        (`changes_too_large`, nothing lands: docs/changes.md)
     REIN_AHARNESS_GLAS_URL              a remote Glas gateway; unset: the local gateway
     REIN_AHARNESS_GLAS_TOKEN            its bearer credential
     REIN_AHARNESS_GLAS_TOKEN_FILE       or a file whose contents are that credential
@@ -114,6 +117,7 @@ class ReinAharnessSettings(BaseSettings):
     rein_aharness_repository_username: str = DEFAULT_USERNAME
     rein_aharness_fetch_timeout_seconds: int = Field(default=120, ge=1, le=3600)
     rein_aharness_fetch_max_mb: int = Field(default=2048, ge=1, le=1_048_576)
+    rein_aharness_changes_max_bytes: int = Field(default=8 * 1024 * 1024, ge=1, le=1 << 30)
     rein_aharness_glas_url: HttpUrl | None = None
     rein_aharness_glas_token: SecretStr | None = None
     rein_aharness_glas_timeout_seconds: float = Field(

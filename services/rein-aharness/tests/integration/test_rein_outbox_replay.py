@@ -12,7 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition, RefusalCode, canonical_json
+from ops_contracts import (
+    CONCLUSIVE_CHANGES_REFUSALS,
+    CONCLUSIVE_CLOSE_REFUSALS,
+    CloseDisposition,
+    RefusalCode,
+    canonical_json,
+)
 from rein_aharness.adapters.queue_errors import (
     QueueAuthError,
     QueueRejectedError,
@@ -254,9 +260,11 @@ def test_each_conclusive_refusal_quarantines_intact_with_a_reason_sidecar(
 
 @pytest.mark.parametrize(
     "code",
-    sorted(set(RefusalCode) - CONCLUSIVE_CLOSE_REFUSALS),
+    sorted(set(RefusalCode) - CONCLUSIVE_CHANGES_REFUSALS),
 )
 def test_only_conclusive_codes_make_a_close_refusal(code: RefusalCode) -> None:
+    # the conclusive close codes and a changes upload's (changes_invalid, ...);
+    # changes_not_stored is not: the worker uploads and closes again
     with pytest.raises(ValueError, match="not a conclusive"):
         ConclusiveRefusalError(code)
 

@@ -183,3 +183,21 @@ def test_a_repository_token_in_the_environment_is_refused(monkeypatch: pytest.Mo
         load_settings()
     assert "REIN_AHARNESS_REPOSITORY_TOKEN: not read" in str(raised.value)
     assert "tok-in-env" not in str(raised.value)
+
+
+def test_the_changes_bound_defaults_to_8_mib_and_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().rein_aharness_changes_max_bytes == 8 * 1024 * 1024
+    monkeypatch.setenv("REIN_AHARNESS_CHANGES_MAX_BYTES", "4096")
+    assert load_settings().rein_aharness_changes_max_bytes == 4096
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1073741825"])
+def test_a_bad_changes_bound_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("REIN_AHARNESS_CHANGES_MAX_BYTES", value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert message.startswith("invalid setting REIN_AHARNESS_CHANGES_MAX_BYTES: ")
+    assert "\n" not in message

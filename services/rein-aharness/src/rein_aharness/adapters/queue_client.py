@@ -10,6 +10,7 @@ are translated at this edge:
 | 5xx                                              | QueueUnavailableError        | yes     |
 | 401, 403                                         | QueueAuthError               | no      |
 | close: documented conclusive code and its status | CloseRefusedError            | no      |
+| changes upload: a conclusive changes refusal     | ChangesRefusedError          | no      |
 | claim/heartbeat: documented refusal and status   | QueueRefusedError            | no      |
 | any other non-2xx                                | QueueRejectedError           | no      |
 | 2xx that is not the documented body              | QueueProtocolError           | no      |
@@ -42,6 +43,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ops_contracts import (
     CANCELLED_BY_OPERATOR_DETAIL,
+    CONCLUSIVE_CHANGES_REFUSALS,
     CONCLUSIVE_CLOSE_REFUSALS,
     REFUSAL_HTTP_STATUS,
     Attempt,
@@ -53,6 +55,7 @@ from ops_contracts import (
 )
 from rein_aharness.adapters.http_client import AnswerTooLarge, build_http_client
 from rein_aharness.adapters.queue_errors import (
+    ChangesRefusedError,
     CloseRefusedError,
     QueueAuthError,
     QueueProtocolError,
@@ -63,7 +66,19 @@ from rein_aharness.adapters.queue_errors import (
 )
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
 
-__all__ = ["ActivityCoreQueueClient"]
+__all__ = ["BUNDLE_MEDIA_TYPE", "ActivityCoreQueueClient", "ChangesStored"]
+
+BUNDLE_MEDIA_TYPE = "application/x-git-bundle"
+
+
+class ChangesStored(BaseModel):
+    """The part of a changes upload's answer the worker checks (docs/changes.md)."""
+
+    run_id: str
+    attempt: int
+    digest: str
+    size: int
+
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -170,6 +185,44 @@ class ActivityCoreQueueClient:
         _add_attempt(body, attempt)
         return await self._post(_run_path(run_id, "fail"), body, CloseResponse, close=True)
 
+    async def put_changes(
+        self, run_id: str, worker_id: str, bundle: bytes, digest: str, *, attempt: int
+    ) -> tuple[int, ChangesStored]:
+        """Upload a run's changes bundle (201 stored, 200 already stored); the status and
+        the answer. An answer for another digest or attempt is a QueueProtocolError."""
+
+        async def once() -> tuple[int, ChangesStored]:
+            try:
+                response = await self._http.put(
+                    _run_path(run_id, "changes"),
+                    params={"worker_id": worker_id, "attempt": str(attempt)},
+                    content=bundle,
+                    headers={"Content-Type": BUNDLE_MEDIA_TYPE, "X-Changes-Digest": digest},
+                )
+            except httpx.TransportError as exc:
+                raise QueueTransportError(
+                    f"activity-core unreachable: {type(exc).__name__}"
+                ) from exc
+            except AnswerTooLarge as exc:
+                raise QueueProtocolError(f"activity-core answered too much: {exc}") from None
+            if response.status_code in (200, 201):
+                try:
+                    stored = ChangesStored.model_validate_json(response.content)
+                except ValidationError as exc:
+                    raise QueueProtocolError(
+                        f"activity-core answered {response.status_code} with an unexpected body",
+                        status=response.status_code,
+                    ) from exc
+                if stored.digest != digest or stored.attempt != attempt:
+                    raise QueueProtocolError(
+                        "activity-core stored other changes than the ones sent",
+                        status=response.status_code,
+                    )
+                return response.status_code, stored
+            raise _translate_refusal(response, close=False, changes=True)
+
+        return await with_retries(self._retry, once)
+
     # -- plumbing --------------------------------------------------------------------
 
     async def _post(
@@ -234,7 +287,9 @@ def _cancelled_by_operator(response: httpx.Response) -> bool:
     return detail is not None and detail.startswith(CANCELLED_BY_OPERATOR_DETAIL)
 
 
-def _translate_refusal(response: httpx.Response, *, close: bool) -> Exception:
+def _translate_refusal(
+    response: httpx.Response, *, close: bool, changes: bool = False
+) -> Exception:
     status = response.status_code
     code = _refusal_code(response)
     where = f"activity-core answered {status}" + (f" {code}" if code else "")
@@ -243,6 +298,8 @@ def _translate_refusal(response: httpx.Response, *, close: bool) -> Exception:
     if status in (401, 403):
         return QueueAuthError(where, status=status, code=code)
     refusal = _documented_refusal(code, status)
+    if changes and refusal is not None and refusal in CONCLUSIVE_CHANGES_REFUSALS:
+        return ChangesRefusedError(refusal, status)
     if refusal is not None and refusal in CONCLUSIVE_CLOSE_REFUSALS:
         if close:
             cancelled = refusal is RefusalCode.terminal_conflict and _cancelled_by_operator(

@@ -11,6 +11,7 @@ from ops_contracts import RefusalCode
 from rein_aharness.outbox.errors import ConclusiveRefusalError
 
 __all__ = [
+    "ChangesRefusedError",
     "CloseRefusedError",
     "QueueAuthError",
     "QueueError",
@@ -87,3 +88,15 @@ class CloseRefusedError(ConclusiveRefusalError):
         super().__init__(code)
         self.status = status
         self.cancelled_by_operator = cancelled_by_operator
+
+
+class ChangesRefusedError(ConclusiveRefusalError):
+    """A changes upload (`PUT /ops-runs/{id}/changes`) answered with a conclusive code and
+    its documented status: a fencing code (`not_found`, `wrong_owner`, `expired_lease`,
+    `state_conflict`, `terminal_conflict`: the close would be refused the same way, or it
+    already was taken) or `changes_invalid`, `changes_conflict`, `changes_too_large` (the
+    same bytes are refused again: the entry is quarantined with that code)."""
+
+    def __init__(self, code: RefusalCode, status: int | None = None) -> None:
+        super().__init__(code)
+        self.status = status

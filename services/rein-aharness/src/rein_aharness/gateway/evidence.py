@@ -73,6 +73,7 @@ def repository_transaction(
     acceptance: Literal["accepted", "rejected"],
     commits: Sequence[str] = (),
     paths: Sequence[str] = (),
+    changes_digest: str | None = None,
 ) -> RepositoryTransaction:
     grant = request.grant
     refs = attribution_refs(request)
@@ -80,6 +81,7 @@ def repository_transaction(
         transaction_id=request.transaction_id,
         correlation_id=refs.correlation_id if refs is not None else None,
         baseline_digest=baseline,
+        changes_digest=changes_digest if acceptance == "accepted" else None,
         grant_id=grant_id(grant) if grant is not None else None,
         acceptance_policy_id=acceptance_policy_id(grant) if grant is not None else None,
         acceptance=acceptance,

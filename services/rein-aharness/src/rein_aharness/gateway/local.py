@@ -15,7 +15,12 @@ Per request:
    worktree past the profile's `worktree_mb` is killed and fails (`ApproachFailed`);
 4. inspect and judge the work (repository/acceptance.py): rejected work is discarded and
    reported as `WorkRejected`; accepted commits' objects are imported into the repository
-   and land on `rein/<run-id>/<attempt>` (repository/landing.py);
+   (unreachable until landed), the changes bundle is written from them and made durable
+   in `<state>/changes/` (repository/changes_bundle.py; past `changes_max_bytes` the work
+   is rejected, `changes_too_large`, and nothing lands), and only then the commits land
+   on `rein/<run-id>/<attempt>` (repository/landing.py); the result's repository
+   transaction carries the bundle's digest (`changes_digest`). This is the order of
+   docs/changes.md: a landed attempt always has its bundle, or can write it again;
 5. always, even when cancelled: put back any ref the approach changed and remove the
    worktree and its scratch directory.
 
@@ -30,6 +35,7 @@ transaction and the executor fields (`ok`, `path`, `head_after`, `target_repo`,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -56,6 +62,7 @@ from rein_aharness.gateway.fetch_failures import fetch_error
 from rein_aharness.gateway.request import QueuedRequest
 from rein_aharness.profiles import render_output_path
 from rein_aharness.repository import (
+    ChangesTooLarge,
     FetchFailed,
     GitError,
     LandingError,
@@ -72,7 +79,9 @@ from rein_aharness.repository import (
     land,
     resolve_repository,
     worktree_session,
+    write_changes_bundle,
 )
+from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
@@ -108,8 +117,14 @@ class LocalGlasGateway:
         bwrap: Path | None = None,
         on_sandbox_failure: Callable[[str], None] | None = None,
         source: RemoteSource | None = None,
+        changes_dir: Path | None = None,
+        changes_max_bytes: int = DEFAULT_CHANGES_MAX_BYTES,
     ) -> None:
+        """`changes_dir`: where changes bundles are written (default: `changes/` beside
+        `worktrees_root`, both in the state directory)."""
         self._root = repositories_root
+        self._changes_dir = changes_dir or worktrees_root.parent / "changes"
+        self._changes_max_bytes = changes_max_bytes
         self._source = source
         self._worktrees = worktrees_root
         self._environ = os.environ if environ is None else environ
@@ -209,12 +224,9 @@ class LocalGlasGateway:
             raise WorkRejected(verdict.reason, result=rejected("refused"))
         head = inspection.head_after
         assert head is not None  # judge accepts only a commit HEAD
+        changes_digest: str | None = None
         if inspection.commits:
-            try:
-                await import_objects(workspace, head)
-                await land(workspace.repository, head, request.run_id, request.run.attempt)
-            except (LandingError, GitError) as exc:
-                raise WorkRejected(f"landing failed: {exc}", result=rejected("failed")) from None
+            changes_digest = await self._hand_over(request, workspace, head, rejected)
         return self._result(
             request,
             workspace,
@@ -225,7 +237,47 @@ class LocalGlasGateway:
             commits=inspection.commits,
             paths=inspection.paths,
             brief_path=brief_path,
+            changes_digest=changes_digest,
         )
+
+    async def _hand_over(
+        self,
+        request: QueuedRequest,
+        workspace: Workspace,
+        head: str,
+        rejected: Callable[[GatewayOutcome], GatewayResult],
+    ) -> str:
+        """Import the accepted objects, write the changes bundle durably, then land;
+        the bundle's digest. Any failure: WorkRejected, and nothing landed."""
+        repository = workspace.repository
+        try:
+            await import_objects(workspace, head)
+            bundle = await write_changes_bundle(
+                repository.path,
+                self._changes_dir,
+                baseline=workspace.baseline,
+                head=head,
+                run_id=request.run_id,
+                attempt=request.run.attempt,
+                max_bytes=self._changes_max_bytes,
+            )
+        except ChangesTooLarge as exc:
+            raise WorkRejected(str(exc), result=rejected("refused")) from None
+        except (GitError, OSError) as exc:
+            raise WorkRejected(
+                f"writing the changes bundle failed: {exc}", result=rejected("failed")
+            ) from None
+        log.info(
+            "changes bundle written",
+            extra={"run_id": request.run_id, "digest": bundle.digest, "size": bundle.size},
+        )
+        try:
+            await land(repository, head, request.run_id, request.run.attempt)
+        except (LandingError, GitError) as exc:
+            with contextlib.suppress(OSError):
+                bundle.path.unlink()
+            raise WorkRejected(f"landing failed: {exc}", result=rejected("failed")) from None
+        return bundle.digest
 
     async def _run_approach(
         self,
@@ -279,6 +331,7 @@ class LocalGlasGateway:
         commits: tuple[str, ...] = (),
         paths: tuple[str, ...] = (),
         brief_path: str | None = None,
+        changes_digest: str | None = None,
     ) -> GatewayResult:
         accepted = acceptance == "accepted"
         if brief_path is None and len(paths) == 1:
@@ -300,6 +353,7 @@ class LocalGlasGateway:
                 acceptance=acceptance,
                 commits=commits,
                 paths=paths,
+                changes_digest=changes_digest,
             ),
             path=brief_path if accepted else None,
             head_after=head,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -19,12 +20,29 @@ from rein_aharness.adapters.queue_errors import QueueAuthError, QueueTransientEr
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.operator.report import render_json, render_table
 from rein_aharness.outbox.identity import adopt_outbox
-from rein_aharness.outbox.paths import OutboxPaths, resolve_outbox_root
+from rein_aharness.outbox.paths import OutboxPaths, default_state_dir, resolve_outbox_root
 from rein_aharness.outbox.replay import ReplayReport, replay_pending
 from rein_aharness.outbox.store import OutboxStore
+from rein_aharness.repository.changes_store import ChangesStore
 from rein_aharness.settings import ReinAharnessSettings, SettingsError
 
-__all__ = ["adopt_command", "open_store", "replay_command", "status_command"]
+__all__ = ["adopt_command", "changes_store", "open_store", "replay_command", "status_command"]
+
+CHANGES_DIR = "changes"
+
+
+def changes_store(settings: ReinAharnessSettings, state_dir: Path) -> ChangesStore | None:
+    """Where the local gateway's changes bundles live (`<state>/changes/`), and how one
+    lost before its close is written again; None with a remote Glas gateway, which hands
+    over no changes (README)."""
+    if settings.rein_aharness_glas_url is not None:
+        return None
+    return ChangesStore(
+        state_dir / CHANGES_DIR,
+        repositories_root=settings.rein_aharness_repositories_root,
+        source=settings.repository_source(),
+        max_bytes=settings.rein_aharness_changes_max_bytes,
+    )
 
 
 def open_store(settings: ReinAharnessSettings) -> OutboxStore:
@@ -79,6 +97,9 @@ def replay_command(
     base_url = str(settings.activity_core_url)
     token = settings.activity_core_worker_token
     store = open_store(settings)
+    changes = changes_store(
+        settings, settings.rein_aharness_state_dir or default_state_dir(os.environ)
+    )
 
     async def replay() -> ReplayReport:
         async with ActivityCoreQueueClient(
@@ -86,7 +107,7 @@ def replay_command(
         ) as client:
             return await replay_pending(
                 store,
-                deliver_close(client),
+                deliver_close(client, changes=changes),
                 limit=limit,
                 stop_on=(QueueTransientError, QueueAuthError),
                 identity=settings.activity_core_worker_id,

@@ -8,6 +8,7 @@ worker can change (trust.py), under an identity its state directory records
 
 from rein_aharness.outbox.errors import (
     ConclusiveRefusalError,
+    EntryUndeliverable,
     InvalidCloseIntentError,
     OutboxConflictError,
     OutboxError,
@@ -45,6 +46,7 @@ __all__ = [
     "EnqueueResult",
     "EntryOutcome",
     "EntrySummary",
+    "EntryUndeliverable",
     "InvalidCloseIntentError",
     "OutboxConflictError",
     "OutboxError",

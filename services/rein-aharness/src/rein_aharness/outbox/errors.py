@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, RefusalCode
+from ops_contracts import CONCLUSIVE_CHANGES_REFUSALS, RefusalCode
 
 __all__ = [
     "ConclusiveRefusalError",
+    "EntryUndeliverable",
     "InvalidCloseIntentError",
     "OutboxConflictError",
     "OutboxError",
@@ -81,14 +82,26 @@ class ConclusiveRefusalError(Exception):
     """Raised by a delivery callback when the queue refused the close conclusively: the
     entry is quarantined with the code, never delivered again.
 
-    Only the six conclusive close codes are accepted: a refusal that retrying might
-    overcome (auth, validation, 5xx) is not this error, and stays pending. What the
+    Only the six conclusive close codes, and the conclusive refusals of a changes upload
+    (`changes_invalid`, `changes_conflict`, `changes_too_large`: the same bytes are
+    refused again), are accepted: a refusal that retrying might overcome (auth,
+    validation, 5xx, `changes_not_stored`) is not this error, and stays pending. What the
     refusal looked like on the wire is the adapter's business
     (rein_aharness.adapters.queue_errors.CloseRefusedError).
     """
 
     def __init__(self, code: RefusalCode) -> None:
-        if code not in CONCLUSIVE_CLOSE_REFUSALS:
+        if code not in CONCLUSIVE_CHANGES_REFUSALS:
             raise ValueError(f"{code!s} is not a conclusive close refusal")
         self.code = RefusalCode(code)
         super().__init__(f"close refused: {self.code.value}")
+
+
+class EntryUndeliverable(Exception):
+    """Raised by a delivery callback when the entry can never be delivered for a local
+    reason (its changes bundle is gone and cannot be written again with the recorded
+    digest): the entry is quarantined with `reason` (a QuarantineReason value)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"close undeliverable: {reason}")

@@ -107,6 +107,10 @@ class QuarantineReason(StrEnum):
     conflicts_with_delivered = "conflicts_with_delivered"
     conclusive_refusal = "conclusive_refusal"
     foreign_worker_identity = "foreign_worker_identity"
+    # the close's changes bundle (docs/changes.md) is gone and the landed branch it
+    # would be written again from is gone too, or gives another digest
+    changes_unavailable = "changes_unavailable"
+    changes_digest_mismatch = "changes_digest_mismatch"
 
 
 class RecordProblem(Exception):

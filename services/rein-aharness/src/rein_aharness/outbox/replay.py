@@ -12,11 +12,13 @@ Per entry, in this order:
    the callback met a refusal that says an operator cancelled the run, an expected end)
    moves the entry to delivered/ (outcome `cancelled` for the last);
    `ConclusiveRefusalError` (a conclusive code) moves it intact to
-   quarantine/ with a reason sidecar; any other `Exception` keeps it pending with only
-   the exception's class name and the `delivery_failed` marker (its text may hold a
-   response body or a URL with credentials, so it is never written); a `BaseException`
-   that is not an `Exception` (KeyboardInterrupt, SystemExit, cancellation) propagates
-   at once, leaving the entry pending with its attempt already counted.
+   quarantine/ with a reason sidecar, and so does `EntryUndeliverable` (a local reason
+   it can never be delivered: its changes bundle is lost for good); any other
+   `Exception` keeps it pending with only the exception's class name and the
+   `delivery_failed` marker (its text may hold a response body or a URL with
+   credentials, so it is never written); a `BaseException` that is not an
+   `Exception` (KeyboardInterrupt, SystemExit, cancellation) propagates at once,
+   leaving the entry pending with its attempt already counted.
 
 Whose entries a pass sends: a replayer that knows the worker identity it delivers as
 (`identity`) sends only entries recorded under that identity. An entry recorded under
@@ -82,8 +84,8 @@ from typing import Literal
 import anyio
 import anyio.to_thread
 
-from ops_contracts import CONCLUSIVE_CLOSE_REFUSALS, CloseDisposition
-from rein_aharness.outbox.errors import ConclusiveRefusalError
+from ops_contracts import CONCLUSIVE_CHANGES_REFUSALS, CloseDisposition
+from rein_aharness.outbox.errors import ConclusiveRefusalError, EntryUndeliverable
 from rein_aharness.outbox.locking import hold_lock_async
 from rein_aharness.outbox.record import (
     CANCELLED,
@@ -199,10 +201,12 @@ async def _deliver_one(
     try:
         disposition = await deliver(current)
     except ConclusiveRefusalError as refusal:
-        if refusal.code in CONCLUSIVE_CLOSE_REFUSALS:
+        if refusal.code in CONCLUSIVE_CHANGES_REFUSALS:
             await anyio.to_thread.run_sync(store.quarantine_refused, record.key, refusal.code)
             return EntryOutcome(record.key, record.run_id, "quarantined", refusal.code.value), False
         return await _failed(store, record, refusal, stop_on)
+    except EntryUndeliverable as undeliverable:
+        return await _undeliverable(store, record, undeliverable), False
     except Exception as exc:
         return await _failed(store, record, exc, stop_on)
     settled = _settlement(disposition)
@@ -221,6 +225,14 @@ def _settled_outcome(record: OutboxRecord, settled: Settlement | None) -> EntryO
         return EntryOutcome(record.key, record.run_id, "cancelled", CANCELLED)
     detail = settled.value if isinstance(settled, CloseDisposition) else None
     return EntryOutcome(record.key, record.run_id, "delivered", detail)
+
+
+async def _undeliverable(
+    store: OutboxStore, record: OutboxRecord, undeliverable: EntryUndeliverable
+) -> EntryOutcome:
+    reason = QuarantineReason(undeliverable.reason)
+    await anyio.to_thread.run_sync(store.quarantine_undeliverable, record.key, reason)
+    return EntryOutcome(record.key, record.run_id, "quarantined", reason.value)
 
 
 async def _failed(
@@ -256,8 +268,11 @@ async def _deliver_group(
                 continue
             try:
                 disposition = await deliver(current)
+            except EntryUndeliverable as undeliverable:
+                outcomes.append(await _undeliverable(store, current, undeliverable))
+                continue
             except ConclusiveRefusalError as refusal:
-                if refusal.code in CONCLUSIVE_CLOSE_REFUSALS:
+                if refusal.code in CONCLUSIVE_CHANGES_REFUSALS:
                     await anyio.to_thread.run_sync(
                         store.quarantine_refused, current.key, refusal.code
                     )

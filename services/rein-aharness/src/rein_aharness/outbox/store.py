@@ -533,6 +533,26 @@ class OutboxStore:
                 record=record,
             )
 
+    def quarantine_undeliverable(self, key: str, reason: QuarantineReason) -> None:
+        """Move the entry intact to quarantine/: it can never be delivered (`reason`)."""
+        name = entry_name(key)
+        with self._locked():
+            record = self._load_pending(name)
+            if record is None:
+                return
+            self._quarantine(self.paths.pending, name, "pending", reason, record=record)
+
+    def pending_records(self) -> list[OutboxRecord]:
+        """The valid pending records (nothing is moved or quarantined here)."""
+        with self._locked():
+            records: list[OutboxRecord] = []
+            for name in self._names(self.paths.pending):
+                try:
+                    records.append(self._read(self.paths.pending, name, "pending"))
+                except RecordProblem:  # an invalid file is the next replay's to quarantine
+                    continue
+            return records
+
     # -- grouped replay transitions (group commit; see replay.py) ---------------------
 
     def begin_attempts(self, records: Sequence[OutboxRecord]) -> list[OutboxRecord | None]:

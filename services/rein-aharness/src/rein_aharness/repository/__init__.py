@@ -1,6 +1,11 @@
 """Repository work inside the grant: worktrees, acceptance, landing (git, no network)."""
 
 from rein_aharness.repository.acceptance import Verdict, WorkInspection, inspect_work, judge
+from rein_aharness.repository.changes_bundle import (
+    ChangesBundle,
+    ChangesTooLarge,
+    write_changes_bundle,
+)
 from rein_aharness.repository.git import GitError, git, git_environment
 from rein_aharness.repository.landing import (
     LandingError,
@@ -29,6 +34,8 @@ from rein_aharness.repository.worktree import (
 )
 
 __all__ = [
+    "ChangesBundle",
+    "ChangesTooLarge",
     "FetchFailed",
     "FetchFailure",
     "GitError",
@@ -61,4 +68,5 @@ __all__ = [
     "snapshot_refs",
     "sweep_worktrees",
     "worktree_session",
+    "write_changes_bundle",
 ]

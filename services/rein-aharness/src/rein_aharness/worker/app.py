@@ -36,12 +36,14 @@ from rein_aharness.gateway import (
     LocalGlasGateway,
     WithdrawLanding,
 )
+from rein_aharness.operator.commands import changes_store
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.outbox import OutboxPathError, OutboxStore, resolve_outbox_root
 from rein_aharness.outbox.locking import ensure_lock_file
 from rein_aharness.outbox.paths import default_state_dir
 from rein_aharness.profiles import CatalogueError, ProfileCatalogue, load_catalogue
 from rein_aharness.repository import sweep_worktrees
+from rein_aharness.repository.changes_store import ChangesStore
 from rein_aharness.sandbox import SandboxGate, resolve_bwrap
 from rein_aharness.settings import ReinAharnessSettings, SettingsError, parse_bind_address
 from rein_aharness.worker.closer import Closer
@@ -65,6 +67,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WORKTREES_DIR = "worktrees"
+CHANGES_DIR = "changes"
 WORKER_LOCK = "worker.lock"
 
 
@@ -84,6 +87,7 @@ class WorkerRuntime:
     state_dir: Path
     worktrees_root: Path
     metrics: WorkerMetrics
+    changes: ChangesStore | None = None
 
 
 def state_dir_for(settings: ReinAharnessSettings, environ: Mapping[str, str] | None = None) -> Path:
@@ -185,6 +189,7 @@ async def open_worker(
     )
     gateway: GlasGateway
     remote: HttpGlasGateway | None = None
+    changes: ChangesStore | None = None
     withdraw: WithdrawLanding | None = None
     if settings.rein_aharness_glas_url is not None:
         glas_token = settings.rein_aharness_glas_token
@@ -205,8 +210,12 @@ async def open_worker(
             bwrap=bwrap,
             on_sandbox_failure=gate.report_failure,
             source=source,
+            changes_dir=state_dir / CHANGES_DIR,
+            changes_max_bytes=settings.rein_aharness_changes_max_bytes,
         )
         gateway, withdraw = local, local.withdraw
+        changes = changes_store(settings, state_dir)
+        assert changes is not None
     sink: HttpEventSink | None = None
     events: EventSink
     if settings.rein_aharness_event_sink_url is not None:
@@ -223,6 +232,8 @@ async def open_worker(
             events=events,
             worker_id=worker_id,
             withdraw_landing=withdraw,
+            changes=changes,
+            on_upload=metrics.changes_uploaded,
         )
         processor = RunProcessor(
             client=client,
@@ -251,7 +262,7 @@ async def open_worker(
             sandbox_gate=gate,
             metrics=metrics,
         )
-        yield WorkerRuntime(worker, store, state_dir, worktrees_root, metrics)
+        yield WorkerRuntime(worker, store, state_dir, worktrees_root, metrics, changes)
     finally:
         with anyio.CancelScope(shield=True):
             await client.aclose()
@@ -313,6 +324,12 @@ async def run_worker(
             swept = await sweep_worktrees(runtime.worktrees_root)
             if swept:
                 log.info("removed %d worktrees left by an earlier run", swept)
+            if runtime.changes is not None:
+                pruned = await anyio.to_thread.run_sync(
+                    runtime.changes.prune, runtime.store.pending_records()
+                )
+                if pruned:
+                    log.info("removed %d changes bundles no pending close refers to", pruned)
             failure: list[Exception] = []
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(_stop_on_signals, stop)

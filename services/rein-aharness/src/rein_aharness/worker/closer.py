@@ -32,13 +32,14 @@ domain completion event is emitted (events.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio.to_thread
 
 from ops_contracts import CloseAction, CloseDisposition, CloseResponse, OpsRun
 from ops_evidence import sanitize_error
-from rein_aharness.adapters.close_delivery import deliver_close
+from rein_aharness.adapters.close_delivery import changes_digest_of, deliver_close
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.queue_errors import (
     CloseRefusedError,
@@ -58,6 +59,7 @@ from rein_aharness.outbox import (
     prepare_close,
     replay_pending,
 )
+from rein_aharness.repository.changes_store import ChangesStore
 from rein_aharness.worker.decisions import CloseDecision, refusal
 from rein_aharness.worker.events import EventSink, completion_event
 
@@ -92,7 +94,11 @@ class Closer:
         events: EventSink,
         worker_id: str,
         withdraw_landing: WithdrawLanding | None = None,
+        changes: ChangesStore | None = None,
+        on_upload: Callable[[str], None] | None = None,
     ) -> None:
+        self._changes = changes
+        self._on_upload = on_upload
         self._client = client
         self._store = store
         self._events = events
@@ -116,16 +122,26 @@ class Closer:
 
         report = await replay_pending(
             self._store,
-            deliver_close(self._client, remember, cancelled.append),
+            deliver_close(
+                self._client,
+                remember,
+                cancelled.append,
+                changes=self._changes,
+                on_upload=self._on_upload,
+            ),
             stop_on=(QueueTransientError, QueueAuthError),
             identity=self._worker_id,
             quarantine_foreign=True,
         )
         delivered = {o.key for o in report.outcomes if o.outcome == "delivered"}
+        settled = {o.key for o in report.outcomes if o.outcome == "cancelled"}
+        self._discard_bundles(
+            [r for r, _ in answered if r.key in delivered]
+            + [r for r in cancelled if r.key in settled]
+        )
         for record, response in answered:
             if record.key in delivered and record.intent.action is CloseAction.complete:
                 await self._announce(response)
-        settled = {o.key for o in report.outcomes if o.outcome == "cancelled"}
         for record in cancelled:
             if record.key in settled:
                 await self._withdraw_cancelled(record)
@@ -151,6 +167,25 @@ class Closer:
                     },
                 )
         return report
+
+    def _discard_bundles(self, records: list[OutboxRecord]) -> None:
+        """Remove the changes bundles of closes now delivered (their entries are in
+        delivered/ for good: the pass committed them)."""
+        if self._changes is None:
+            return
+        for record in records:
+            digest = changes_digest_of(record)
+            if digest is None:
+                continue
+            try:
+                self._changes.discard(digest)
+            except OSError as exc:  # the next start's prune removes it
+                log.warning("changes bundle not removed: %s", type(exc).__name__)
+                continue
+            log.info(
+                "changes bundle removed: its close is delivered",
+                extra={"run_id": record.run_id, "digest": digest},
+            )
 
     async def _withdraw_cancelled(self, record: OutboxRecord) -> None:
         result = record.intent.result or {}

@@ -215,6 +215,12 @@ class WorkerMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._uploads = Counter(
+            "ops_worker_changes_uploads",
+            "changes bundle uploads before a close: stored, already_stored, refused",
+            ["result"],
+            registry=self.registry,
+        )
         self._heartbeats = Counter(
             "ops_worker_heartbeats",
             "heartbeats by result: ok, failed (will retry), refused (the lease is lost)",
@@ -247,6 +253,8 @@ class WorkerMetrics:
             for close_result in results:
                 self._closes.labels(path=path, result=close_result)
             self._close.labels(path=path)
+        for uploaded in UPLOAD_RESULTS:
+            self._uploads.labels(result=uploaded)
         for heartbeat in HEARTBEAT_RESULTS:
             self._heartbeats.labels(result=heartbeat)
         for replayed in REPLAY_OUTCOMES:
@@ -271,6 +279,10 @@ class WorkerMetrics:
         for entry in report.outcomes:
             self._replays.labels(outcome=entry.outcome).inc()
 
+    def changes_uploaded(self, result: str) -> None:
+        """One changes upload (close_delivery.py); an unknown result counts as `other`."""
+        self._uploads.labels(result=result if result in UPLOAD_RESULTS else "other").inc()
+
     def heartbeat(self, result: HeartbeatResult) -> None:
         self._heartbeats.labels(result=result).inc()
 
@@ -285,6 +297,9 @@ class WorkerMetrics:
             return
         self._closes.labels(path=path, result=result if result in known else "other").inc()
         self._close.labels(path=path).observe(seconds)
+
+
+UPLOAD_RESULTS = ("stored", "already_stored", "refused", "other")
 
 
 class OutboxCollector(Collector):
