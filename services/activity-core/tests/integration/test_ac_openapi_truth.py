@@ -32,8 +32,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from ac_changes import ChangedRuns, store
-from ac_changes import completion, make_changes
+from ac_changes import ChangedRuns, completion, make_changes, store
 from ac_definitions import GRANT
 from fastapi.routing import APIRoute
 

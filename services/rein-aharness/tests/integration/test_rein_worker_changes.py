@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from rein_aharness.outbox import EntryUndeliverable, OutboxStore
@@ -58,6 +59,48 @@ async def test_a_bundle_over_the_bound_is_rejected_work_and_nothing_lands(
     assert Repos.landings(repo) == {}
     assert Repos.refs(repo) == refs_before
     assert _bundles(tmp_path) == []
+
+
+async def test_a_granted_run_hands_its_changes_over_before_its_close(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, db: asyncpg.Connection
+) -> None:
+    repo = repos.make()
+    run_id = await activity_core.seeded.run(
+        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
+    )
+    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    transport = RecordingTransport(activity_core.transport())
+
+    runtime = await run_worker_once(settings, transport)
+
+    [report] = runtime.worker.reports
+    assert report.close is not None and report.close.state == "delivered"
+    row = await activity_core.row(run_id)
+    assert row["state"] == "succeeded"
+    transaction = row["result"]["repository_transaction"]
+    [stored] = await db.fetch(
+        "SELECT attempt, digest, head_after, commits, bundle FROM ops_run_changes"
+        " WHERE run_id = $1",
+        run_id,
+    )
+    assert stored["attempt"] == 1
+    assert stored["digest"] == transaction["changes_digest"]
+    assert "sha256:" + hashlib.sha256(bytes(stored["bundle"])).hexdigest() == stored["digest"]
+    assert stored["head_after"] == row["result"]["head_after"]
+    assert list(stored["commits"]) == transaction["accepted_commits"]
+    # the upload came first, from the very file, which is gone once the close is delivered
+    assert transport.paths("/changes") == [f"PUT /ops-runs/{run_id}/changes"]
+    assert transport.calls.index(f"PUT /ops-runs/{run_id}/changes") < transport.calls.index(
+        f"POST /ops-runs/{run_id}/complete"
+    )
+    [sent] = transport.sent("/changes")
+    assert sent == bytes(stored["bundle"])
+    assert _bundles(tmp_path) == []
+    # and it is a bundle any clone with the baseline can fetch
+    bundle = tmp_path / "got.bundle"
+    bundle.write_bytes(sent)
+    git(repo, "bundle", "verify", "-q", str(bundle))
+    assert Repos.landings(repo) == {f"refs/heads/rein/{run_id}/1": stored["head_after"]}
 
 
 # -- ChangesStore: the bundle as delivery needs it -------------------------------------------
