@@ -67,10 +67,10 @@ def _assert_the_printed_commands_show_and_publish_the_change(
     mirror = state / "mirrors" / "research" / "briefs.git"
     cli_env = {**env, "ACTIVITY_CORE_OPERATOR_TOKEN": token}
     change = re.search(
-        r"^  the change: uv run activity-core (runs changes \S+ --url \S+)$", out, re.M
+        r"^  the change: uv run activity-core (runs --url \S+ changes \S+)$", out, re.M
     )
     publish = re.search(
-        r"^  publish it: uv run activity-core (runs publish (\S+) --url \S+)$", out, re.M
+        r"^  publish it: uv run activity-core (runs --url \S+ publish (\S+))$", out, re.M
     )
     branch = re.search(r"\(pushes (rein/\S+) to ", out)
     assert change and publish and branch, out

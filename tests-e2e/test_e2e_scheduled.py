@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 import json
 
+from activity_core.changes.anchors import change_anchor
 from e2e_kit.git import commits_on, landing_branches, show
-from e2e_kit.stack import FORGEJO, Stack, outbox
+from e2e_kit.stack import Stack, outbox
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from ops_demo.repository import git
 from ops_devsupport.processes import ManagedProcess
@@ -85,11 +86,14 @@ def test_a_scheduled_fire_flows_to_a_completed_run_with_its_artefact_in_the_ui(
     assert [(e["event"], e["close_disposition"]) for e in events] == [("e2e_scheduled", "applied")]
     assert events[0]["result"] == {"path": path, "head_after": head, "committed": True}
 
-    # the ops UI of the other replica: the run, succeeded, with its artefact link
+    # the ops UI of the other replica: the run, succeeded, with its artefact link: to the
+    # file's diff on the run's own page (its changes are stored, it is not published, so
+    # no Forgejo link: that commit exists only in the worker's repository)
     page = stack.ui_page(f"/ops/ui/automations/{SLUG}/runs/{fire['run_id']}", replica=1)
     assert page.status_code == 200
     text = html.unescape(page.text)
-    assert f'href="{FORGEJO}/e2e/scheduled/src/commit/{head}/{path}"' in text
+    assert f'href="/ops/ui/runs/{run_id}#{change_anchor(path)}"' in text
+    assert "/src/commit/" not in text
     assert f'id="ops-run-{run_id}"' in text
     assert 'data-field="state">succeeded<' in text
     assert 'data-field="claim_owner"><code class="wrap">e2e-scheduled</code>' in text

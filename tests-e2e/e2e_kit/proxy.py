@@ -83,6 +83,7 @@ class DroppingProxy:
 
             do_GET = _forward
             do_POST = _forward
+            do_PUT = _forward  # a worker's changes upload, before its complete
 
             def log_message(self, format: str, *args: Any) -> None:
                 return

@@ -23,6 +23,7 @@ WORKER_IDS = (
     "e2e-restart-2",
     "e2e-stale",
     "e2e-cancel",
+    "e2e-publish",
     "e2e-remote",
 )
 

@@ -409,7 +409,7 @@ class Demo:
         """Where the change is seen and how it is published: the worker handed it to
         activity-core; publishing is an operator's act (activity-core pushes the branch to
         the forge), never the worker's."""
-        cli = f"uv run activity-core runs {{}} {ops_run_id} --url {self.url}"
+        cli = f"uv run activity-core runs --url {self.url} {{}} {ops_run_id}"
         self.out.line(f"  the change: {cli.format('changes')}")
         self.out.line("              (or the Changes section of the run's page in the Ops UI)")
         self.out.line(f"  publish it: {cli.format('publish')}")

@@ -72,6 +72,7 @@ FORM_FIELDS: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/ops/ui/logout"): {"csrf_token": "text", "everywhere": "text"},
     ("POST", "/ops/ui/runs/{run_id}/cancel"): {"reason": "text", "csrf_token": "text"},
     ("POST", "/ops/ui/runs/{run_id}/requeue"): {"csrf_token": "text"},
+    ("POST", "/ops/ui/runs/{run_id}/publish"): {"csrf_token": "text"},
     ("POST", "/ops/ui/dead-letter/requeue"): {
         "run_id": "uuid",
         "one": "uuid",

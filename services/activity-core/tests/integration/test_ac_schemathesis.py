@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 from schemathesis import Case, GenerationMode
 from schemathesis.specs.openapi.formats import unregister_string_format
@@ -45,7 +46,17 @@ WORKER_OPERATIONS = {
     "POST /ops-runs/{run_id}/heartbeat",
     "POST /ops-runs/{run_id}/complete",
     "POST /ops-runs/{run_id}/fail",
+    "PUT /ops-runs/{run_id}/changes",
 }
+
+# The changes upload's body is a git bundle, which schemathesis cannot make from a schema:
+# arbitrary bytes, and bytes behind a bundle's signature (the header parser's side).
+schemathesis.openapi.media_type(
+    "application/x-git-bundle",
+    st.binary(max_size=512)
+    | st.binary(max_size=512).map(lambda tail: b"# v2 git bundle\n" + tail)
+    | st.binary(max_size=512).map(lambda tail: b"# v3 git bundle\n@object-format=sha256\n" + tail),
+)
 
 
 def _operation_labels() -> list[str]:

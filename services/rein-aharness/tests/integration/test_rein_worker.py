@@ -593,7 +593,11 @@ async def test_a_lost_complete_response_is_replayed_to_reconciled(
     second = RecordingTransport(activity_core.transport())
     again = await run_worker_once(settings, second)
 
-    assert second.calls == [f"POST /ops-runs/{run_id}/complete", "POST /ops-runs/claim"]
+    assert second.calls == [
+        f"PUT /ops-runs/{run_id}/changes",  # the replay uploads first; the same digest: 200
+        f"POST /ops-runs/{run_id}/complete",
+        "POST /ops-runs/claim",
+    ]
     assert again.worker.reports == []
     row = await activity_core.row(run_id)
     assert (row["state"], row["updated_at"], row["result"]) == (
