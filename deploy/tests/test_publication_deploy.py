@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from activity_core.publication.credential_helper import read_token
 from activity_core.settings import ActivityCoreSettings
 from activity_core.settings import load_settings as load_activity_core_settings
 from made_secrets import PUBLICATION_SCRIPT, PUBLICATION_TOKEN, made_secrets, publication_secrets
+from ops_runtime.git_credential_helper import read_token
 from rendered_pods import (
     OVERLAYS,
     REPO,

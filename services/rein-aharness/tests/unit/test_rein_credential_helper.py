@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rein_aharness.repository.credential_helper import answer
+from ops_runtime.git_credential_helper import answer
 from rein_aharness.repository.remote import (
     CREDENTIAL_HELPER_MODULE,
     ORIGIN_VARIABLE,

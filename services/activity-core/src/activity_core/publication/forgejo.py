@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from activity_core.publication.credential_helper import read_token
+from ops_runtime.git_credential_helper import read_token
 
 __all__ = ["Forgejo", "ForgejoFailed", "ForgejoUnavailable", "pull_request_body"]
 

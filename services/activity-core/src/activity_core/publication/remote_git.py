@@ -19,7 +19,7 @@ database), `push_changes`:
 Every git call has the scratch repository's hygiene (changes/scratch_git.py: no hooks,
 no config but ours, an environment of our own, bounded in time); the calls to the remote
 allow exactly the URL's protocol, follow no redirect, and authenticate through
-credential_helper.py, which reads the token from its file: the token is in no argv, no
+ops_runtime.git_credential_helper, which reads the token from its file: the token is in no argv, no
 environment variable, no config file and no error text.
 """
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import urllib.parse
@@ -43,12 +44,15 @@ from activity_core.changes.scratch_git import (
     ScratchGit,
     git_environment,
 )
-from activity_core.publication.credential_helper import (
+from ops_contracts import RepositoryGrantV1, path_allowed
+from ops_runtime.git_credential_helper import (
+    MODULE as CREDENTIAL_HELPER_MODULE,
+)
+from ops_runtime.git_credential_helper import (
     ORIGIN_VARIABLE,
     TOKEN_FILE_VARIABLE,
     USERNAME_VARIABLE,
 )
-from ops_contracts import RepositoryGrantV1, path_allowed
 
 __all__ = [
     "PublishFacts",
@@ -64,7 +68,6 @@ __all__ = [
 _REMOTE_TIMEOUT_S = 120.0
 _LOCAL_TIMEOUT_S = 60.0
 _STDERR_BYTES = 4096
-_CREDENTIAL_HELPER = "activity_core.publication.credential_helper"
 _BASE_REF = "refs/publication/base"
 
 
@@ -276,7 +279,9 @@ class _Git:
         ]
         env: dict[str, str] = {}
         if self._remote.token_file is not None and self._remote.username is not None:
-            config.append(f"credential.helper=!{sys.executable} -I -m {_CREDENTIAL_HELPER}")
+            config.append(
+                f"credential.helper=!{shlex.quote(sys.executable)} -I -m {CREDENTIAL_HELPER_MODULE}"
+            )
             env = {
                 ORIGIN_VARIABLE: self._origin,
                 TOKEN_FILE_VARIABLE: str(self._remote.token_file),

@@ -5,7 +5,7 @@ rendered with the run's `owner/name`. Its scheme is http, https or file (`file:/
 single-host setup); it carries no credentials, query or fragment, so a URL the worker
 renders can appear in git's messages and in a run's error without revealing anything.
 Credentials come from a token file the worker's credential helper reads for the fetch
-alone (credential_helper.py); only the file's path is kept, never its contents.
+alone (ops_runtime.git_credential_helper); only the file's path is kept, never its contents.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import ops_evidence
+from ops_runtime.git_credential_helper import MODULE as CREDENTIAL_HELPER_MODULE
+from ops_runtime.git_credential_helper import (
+    ORIGIN_VARIABLE,
+    TOKEN_FILE_VARIABLE,
+    USERNAME_VARIABLE,
+)
 
 __all__ = [
     "CREDENTIAL_HELPER_MODULE",
@@ -34,12 +40,9 @@ DEFAULT_USERNAME = "x-token"
 SCHEMES = ("http", "https", "file")
 _SAMPLE = "owner/name"
 
-# The credential helper (credential_helper.py) the mirror's fetch configures, and the
-# variables of that one git process's environment it reads.
-CREDENTIAL_HELPER_MODULE = "rein_aharness.repository.credential_helper"
-TOKEN_FILE_VARIABLE = "REIN_AHARNESS_CREDENTIAL_TOKEN_FILE"
-USERNAME_VARIABLE = "REIN_AHARNESS_CREDENTIAL_USERNAME"
-ORIGIN_VARIABLE = "REIN_AHARNESS_CREDENTIAL_ORIGIN"  # "<protocol>://<host[:port]>"
+# The credential helper the mirror's fetch configures (ops_runtime.git_credential_helper,
+# shared with activity-core's publication) is named by CREDENTIAL_HELPER_MODULE; it reads
+# the ORIGIN, TOKEN_FILE and USERNAME variables of that one git process's environment.
 
 
 @dataclass(frozen=True)

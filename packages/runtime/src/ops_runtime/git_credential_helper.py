@@ -1,13 +1,15 @@
-"""Git's credential helper for publication: `python -I -m <this module> get`.
+"""Git's credential helper for a git call to a remote: `python -I -m <this module> get`.
 
-remote_git.py configures it (after resetting `credential.helper`) for its own git calls
-to the remote alone. It answers with the user name and the token read from the file
-named by TOKEN_FILE_VARIABLE, and only for the remote's own protocol and host
-(ORIGIN_VARIABLE), so a redirect or a URL elsewhere never receives it. Those variables
-are set in that one git process's environment and hold a path, never the token: no
-argv, no config file of the scratch repository, no log line and no row ever holds it.
-`store` and `erase` are accepted and ignored (the file is the one source). Written for
-activity-core (the worker has its own; the services share no code of this kind).
+The worker's mirror fetch (rein_aharness/repository/mirror.py) and activity-core's
+publication (activity_core/publication/remote_git.py) configure it, after resetting
+`credential.helper`, for their own git calls to the remote alone. It answers with the user
+name and the token read from the file named by TOKEN_FILE_VARIABLE, and only for the
+remote's own protocol and host (ORIGIN_VARIABLE), so a redirect or a URL elsewhere never
+receives it. Those variables are set in that one git process's environment and hold a
+path, never the token: no argv, no config file, no approach, no log line and no row ever
+holds it; git passes it on to the remote over its connection and nowhere else. `store`
+and `erase` are accepted and ignored (the file is the one source). Standard library only
+and imported by nothing at start, so `-m` runs it quickly and cleanly.
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-__all__ = ["ORIGIN_VARIABLE", "TOKEN_FILE_VARIABLE", "USERNAME_VARIABLE", "answer", "main"]
+__all__ = [
+    "MODULE",
+    "ORIGIN_VARIABLE",
+    "TOKEN_FILE_VARIABLE",
+    "USERNAME_VARIABLE",
+    "answer",
+    "main",
+    "read_token",
+]
 
-ORIGIN_VARIABLE = "ACTIVITY_CORE_PUBLISH_ORIGIN"
-TOKEN_FILE_VARIABLE = "ACTIVITY_CORE_PUBLISH_TOKEN_FILE"
-USERNAME_VARIABLE = "ACTIVITY_CORE_PUBLISH_USERNAME"
+# What a git call's `credential.helper` runs: `!<python> -I -m <MODULE>`.
+MODULE = "ops_runtime.git_credential_helper"
+# Set in that one git process's environment; they hold a path and names, never the token.
+ORIGIN_VARIABLE = "OPS_GIT_CREDENTIAL_ORIGIN"  # "<protocol>://<host[:port]>"
+TOKEN_FILE_VARIABLE = "OPS_GIT_CREDENTIAL_TOKEN_FILE"
+USERNAME_VARIABLE = "OPS_GIT_CREDENTIAL_USERNAME"
 _MAX_TOKEN_BYTES = 64 * 1024
 
 
