@@ -27,7 +27,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -104,8 +104,10 @@ async def run_git(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     stdin: bytes | None = None,
     config: Sequence[str] = ("protocol.allow=never",),
+    env: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Run `git --git-dir=<git_dir> <args>` bounded as the module says; its stdout."""
+    """Run `git --git-dir=<git_dir> <args>` bounded as the module says; its stdout. `env`:
+    variables added to our own environment for this call alone (a credential helper's)."""
     command = ["git", f"--git-dir={git_dir}"]
     for setting in (*_BASE_CONFIG, *config):
         command += ["-c", setting]
@@ -115,7 +117,7 @@ async def run_git(
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=git_environment(home),
+        env={**git_environment(home), **(env or {})},
         cwd=str(home),
         # its own process group, so a kill reaches any child git starts
         start_new_session=True,

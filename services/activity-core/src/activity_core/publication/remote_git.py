@@ -9,9 +9,10 @@ database), `push_changes`:
    ref: already at head_after → published, no push (a repeat, or a workflow whose
    worker died after its push); at another commit → PublishRefused, nothing overwritten;
 3. fetches the default branch (the baseline must be on it), unbundles, and checks the
-   history again: the tip is head_after, a first-parent chain without merges whose oldest
-   commit's parent is the baseline, as many commits as the grant allows (and exactly the
-   run's accepted commits when the evidence lists them), every touched path allowed;
+   history again with the upload's own check (changes/verify.py): the tip is head_after,
+   a first-parent chain without merges whose oldest commit's parent is the baseline, as
+   many commits as the grant allows (and exactly the run's accepted commits when the
+   evidence lists them), every touched path allowed;
 4. pushes `<head_after>:<ref>` create-only: `--force-with-lease=<ref>:` (an empty
    expectation: the ref must not exist) and no `+`, so git never overwrites anything: a
    ref that appeared since step 2 is rejected, and step 2's rule then classifies it.
@@ -19,17 +20,13 @@ database), `push_changes`:
 Every git call has the scratch repository's hygiene (changes/scratch_git.py: no hooks,
 no config but ours, an environment of our own, bounded in time); the calls to the remote
 allow exactly the URL's protocol, follow no redirect, and authenticate through
-ops_runtime.git_credential_helper, which reads the token from its file: the token is in no argv, no
-environment variable, no config file and no error text.
+ops_runtime.git_credential_helper, which reads the token from its file: the token is in
+no argv, no environment variable, no config file and no error text.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import shlex
-import signal
 import sys
 import urllib.parse
 from collections.abc import Sequence
@@ -42,9 +39,10 @@ from activity_core.changes.scratch_git import (
     GitOutputTooLarge,
     GitTimeout,
     ScratchGit,
-    git_environment,
+    run_git,
 )
-from ops_contracts import RepositoryGrantV1, path_allowed
+from activity_core.changes.verify import verify_history
+from ops_contracts import RepositoryGrantV1
 from ops_runtime.git_credential_helper import (
     MODULE as CREDENTIAL_HELPER_MODULE,
 )
@@ -67,7 +65,8 @@ __all__ = [
 
 _REMOTE_TIMEOUT_S = 120.0
 _LOCAL_TIMEOUT_S = 60.0
-_STDERR_BYTES = 4096
+# what a call may print: ls-remote of two names, unbundle's ref list, a quiet fetch or push
+_OUTPUT_BYTES = 1 << 20
 _BASE_REF = "refs/publication/base"
 
 
@@ -174,7 +173,7 @@ async def push_changes(remote: Remote, bundle: bytes, facts: PublishFacts) -> Pu
         tips = {line.split(" ", 1)[0] for line in listed.decode("ascii", "replace").splitlines()}
         if tips != {facts.head_after}:
             raise PublishRefused("the stored bundle's pack does not hold the run's head_after")
-        await _check_history(git, facts)
+        await _check_history(scratch, facts)
         try:
             await git.remote(
                 "push",
@@ -203,48 +202,15 @@ def _already_there(ref: str, existing: str, head_after: str, default_branch: str
     return PushOutcome(ref=ref, commit=head_after, pushed=False, default_branch=default_branch)
 
 
-async def _check_history(git: _Git, facts: PublishFacts) -> None:
-    baseline, tip = facts.baseline, facts.head_after
-    out = await git.local("rev-list", "--first-parent", "--parents", f"{baseline}..{tip}")
-    chain = [line.split() for line in out.decode("ascii", "replace").splitlines() if line]
-    if not chain:
-        raise PublishRefused("the run's head_after adds no commit to the baseline")
-    for entry in chain:
-        if len(entry) != 2:
-            raise PublishRefused(f"commit {entry[0]} is a merge or a root; changes are a chain")
-    if chain[-1][1] != baseline:
-        raise PublishRefused(f"the history of {tip} does not descend from the baseline {baseline}")
-    everything = await git.local("rev-list", "--count", f"{baseline}..{tip}")
-    if int(everything.strip() or b"0") != len(chain):
-        raise PublishRefused("the history brings commits beside its first-parent chain")
-    bounds = facts.grant.commit_count
-    if not bounds.min <= len(chain) <= bounds.max:
-        raise PublishRefused(
-            f"{len(chain)} commits is outside the grant's commit_count {bounds.min}..{bounds.max}"
-        )
-    commits = tuple(entry[0] for entry in reversed(chain))
-    if facts.accepted_commits is not None and commits != facts.accepted_commits:
+async def _check_history(scratch: ScratchGit, facts: PublishFacts) -> None:
+    """The upload's history check (changes/verify.py), again, on the unbundled commits,
+    and exactly the run's accepted commits when its evidence lists them."""
+    try:
+        history = await verify_history(scratch, facts.baseline, facts.head_after, facts.grant)
+    except ChangesInvalid as exc:
+        raise PublishRefused(exc.reason) from exc
+    if facts.accepted_commits is not None and history.commits != facts.accepted_commits:
         raise PublishRefused("the commits are not the run's accepted commits")
-    for commit, parent in (tuple(entry) for entry in chain):
-        raw = await git.local(
-            "diff-tree",
-            "-r",
-            "-z",
-            "--no-renames",
-            "--no-commit-id",
-            "--name-only",
-            parent,
-            commit,
-        )
-        for item in raw.split(b"\0"):
-            if not item:
-                continue
-            path = item.decode("utf-8", "surrogateescape")
-            if not path_allowed(facts.grant, path):
-                shown = path.encode("utf-8", "backslashreplace").decode("ascii", "replace")
-                raise PublishRefused(
-                    f"commit {commit} touches {shown[:200]!r}, outside the grant's allowed_paths"
-                )
 
 
 class _Git:
@@ -318,29 +284,12 @@ class _Git:
         extra_env: dict[str, str],
         timeout_s: float,
     ) -> bytes:
-        command = ["git", f"--git-dir={self._git_dir}", "-c", "core.hooksPath=/dev/null"]
-        for setting in config:
-            command += ["-c", setting]
-        command += list(args)
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**git_environment(self._home), **extra_env},
-            cwd=str(self._home),
-            start_new_session=True,
+        return await run_git(
+            args,
+            git_dir=self._git_dir,
+            home=self._home,
+            max_output_bytes=_OUTPUT_BYTES,
+            timeout_s=timeout_s,
+            config=config,
+            env=extra_env,
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                stdout, stderr = await process.communicate()
-        except TimeoutError as exc:
-            raise GitTimeout(f"git {args[0]} took longer than {timeout_s} s") from exc
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-        if process.returncode != 0:
-            raise GitFailed(args, process.returncode or 1, stderr[:_STDERR_BYTES])
-        return stdout
