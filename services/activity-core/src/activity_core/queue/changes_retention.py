@@ -13,15 +13,13 @@ Nothing here ever stops the API: an outage or a missing schema is tried again la
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 import asyncpg
 
 from activity_core.changes import queries as changes_queries
-from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import session_untouched
+from activity_core.queue.background import BackgroundTask, repeat
 from activity_core.queue.metrics import QueueMetrics
 
 __all__ = ["SWEEP_BATCH", "SWEEP_EVERY", "ChangesRetention"]
@@ -52,18 +50,13 @@ class ChangesRetention:
         self._metrics = metrics
         self._every = every
         self._batch = batch
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("ops-run-changes-retention", self._repeat)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="ops-run-changes-retention")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.stop()
 
     async def sweep(self) -> int:
         """Delete every expired row, a batch per statement; answers how many."""
@@ -85,12 +78,5 @@ class ChangesRetention:
             )
         return deleted
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except DATABASE_FAILURES as exc:
-                log.debug("changes retention not swept: %s", type(exc).__name__)
-            except Exception:
-                log.exception("changes retention not swept")
-            await asyncio.sleep(self._every)
+    async def _repeat(self) -> None:
+        await repeat(self.sweep, every=self._every, failed="changes retention not swept", log=log)

@@ -13,15 +13,13 @@ last reading in place and is tried again at the next look.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 import asyncpg
 
-from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import session_untouched
 from activity_core.queue import queries
+from activity_core.queue.background import BackgroundTask, repeat
 from activity_core.queue.metrics import QueueMetrics
 
 __all__ = ["REFRESH_EVERY", "RunAges"]
@@ -42,18 +40,13 @@ class RunAges:
         self._pool = pool
         self._metrics = metrics
         self._every = every
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("ops-runs-ages", self._repeat)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="ops-runs-ages")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.stop()
 
     async def refresh(self) -> dict[str, float]:
         """Read the ages into the gauge; answers them by state."""
@@ -65,13 +58,5 @@ class RunAges:
             self._metrics.oldest_unfinished.labels(state=state).set(age)
         return ages
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except DATABASE_FAILURES as exc:
-                # The queue's own requests report an outage; this loop just looks again.
-                log.debug("run ages not read: %s", type(exc).__name__)
-            except Exception:
-                log.exception("run ages not read")
-            await asyncio.sleep(self._every)
+    async def _repeat(self) -> None:
+        await repeat(self.refresh, every=self._every, failed="run ages not read", log=log)

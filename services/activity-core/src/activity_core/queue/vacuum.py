@@ -20,7 +20,6 @@ missing schema is checked again later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import time
@@ -31,6 +30,7 @@ import asyncpg
 from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import session_untouched
 from activity_core.queue import queries
+from activity_core.queue.background import BackgroundTask
 from activity_core.queue.metrics import QueueMetrics
 
 __all__ = [
@@ -140,18 +140,13 @@ class QueueVacuum:
         self._check_every = check_every
         self._backoff_max = backoff_max
         self._facts: VacuumFacts | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = BackgroundTask("ops-runs-vacuum", self._run)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="ops-runs-vacuum")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._task.stop()
 
     async def _run(self) -> None:
         wait = self._check_every
