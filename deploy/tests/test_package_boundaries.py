@@ -39,7 +39,7 @@ PACKAGES = {
         },
     ),
     "ops_devsupport": (
-        ROOT / "packages/devsupport/src/ops_devsupport",
+        ROOT / "testing/devsupport/src/ops_devsupport",
         {"psutil", "activity_core.temporal.dev_server"},
     ),
 }
