@@ -1,5 +1,7 @@
 """A small process supervisor, shared by `ops-demo`, the end-to-end suite and the tests
-that start processes.
+that start processes. (Its probes are in probes.py, its view of the process table in
+process_table.py, the console scripts in console_scripts.py, the at-exit registry in
+leftovers.py; all but the last are re-exported here, where every caller imports them.)
 
 Every process runs in its own session (so its own process group): a Ctrl-C in the
 terminal reaches only the supervising program, which then stops its children in order.
@@ -23,28 +25,46 @@ Nothing is left behind:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-import psutil
+from ops_devsupport.console_scripts import console_script, run_console_script
+from ops_devsupport.leftovers import LIVE
+from ops_devsupport.probes import (
+    LOCAL_HOST,
+    Probe,
+    all_of,
+    free_port,
+    http_ok,
+    log_contains,
+    port_is_open,
+    port_open,
+    wait_until,
+)
+from ops_devsupport.process_table import (
+    RememberedPid,
+    alive,
+    children,
+    command_line,
+    kill_all,
+    process_tree,
+    processes_with_environment,
+    processes_working_under,
+    snapshot,
+)
 
 __all__ = [
+    "LOCAL_HOST",
     "CommandResult",
     "ManagedProcess",
     "Probe",
@@ -58,6 +78,7 @@ __all__ = [
     "free_port",
     "http_ok",
     "log_contains",
+    "port_is_open",
     "port_open",
     "process_tree",
     "processes_with_environment",
@@ -66,10 +87,7 @@ __all__ = [
     "wait_until",
 ]
 
-LOCAL_HOST = "127.0.0.1"
 POLL_SECONDS = 0.05
-
-Probe = Callable[["ManagedProcess"], bool]
 
 
 class ProcessFailed(Exception):
@@ -83,203 +101,6 @@ class ProcessFailed(Exception):
         self.what = what
         self.log_path = log_path
         super().__init__(f"{name} {what} (log: {log_path})")
-
-
-# -- console scripts ---------------------------------------------------------------------
-
-
-def console_script(name: str) -> Path:
-    """A console script of this environment: beside the interpreter, else on PATH."""
-    beside = Path(sys.executable).parent / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which(name)
-    if found is None:
-        raise FileNotFoundError(f"the `{name}` command is not installed (run `uv sync`)")
-    return Path(found)
-
-
-def run_console_script(
-    name: str,
-    *args: str,
-    env: Mapping[str, str],
-    cwd: Path | None = None,
-    timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    """Run console script `name` to its end with exactly `env`: its exit code, stdout and
-    stderr as text (a test reads all three; a non-zero exit is an answer, not an error)."""
-    return subprocess.run(
-        [str(console_script(name)), *args],
-        env=dict(env),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-# -- ports and probes -------------------------------------------------------------------
-
-
-def free_port(host: str = LOCAL_HOST) -> int:
-    """A TCP port nobody is bound to right now, below the OS's ephemeral range (why:
-    activity_core.temporal.dev_server.free_port)."""
-    from activity_core.temporal.dev_server import free_port as chosen_port
-
-    return chosen_port(host)
-
-
-def port_is_open(host: str, port: int, *, timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def port_open(port: int, host: str = LOCAL_HOST) -> Probe:
-    """Ready when `host:port` accepts a TCP connection."""
-
-    def probe(_: ManagedProcess) -> bool:
-        return port_is_open(host, port)
-
-    return probe
-
-
-def http_ok(url: str, *, status: int = 200, timeout: float = 1.0) -> Probe:
-    """Ready when a GET of `url` answers `status`."""
-
-    def probe(_: ManagedProcess) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                return bool(response.status == status)
-        except urllib.error.HTTPError as exc:
-            return exc.code == status
-        except (OSError, ValueError):
-            return False
-
-    return probe
-
-
-def log_contains(text: str) -> Probe:
-    """Ready when the process's output since its latest start contains `text`."""
-
-    def probe(process: ManagedProcess) -> bool:
-        return text in process.output()
-
-    return probe
-
-
-def all_of(*probes: Probe) -> Probe:
-    def probe(process: ManagedProcess) -> bool:
-        return all(check(process) for check in probes)
-
-    return probe
-
-
-# -- the process tree -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Pid:
-    """A pid and its start time, so a recycled pid is never mistaken for it."""
-
-    pid: int
-    started: float
-
-    def alive(self) -> bool:
-        return _start_time(self.pid) == self.started
-
-
-def _start_time(pid: int) -> float | None:
-    """When the process started; None when it is gone or a zombie."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        started: float = process.create_time()
-        return started
-    except psutil.Error:
-        return None
-
-
-def command_line(pid: int) -> str | None:
-    """The process's command line, its arguments joined by spaces; None when it is gone
-    or not ours to read."""
-    try:
-        return " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return None
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    return _start_time(pid) is not None
-
-
-def children(pid: int) -> list[int]:
-    """`pid`'s direct children, at this moment."""
-    try:
-        return [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
-
-
-def processes_with_environment(**wanted: str) -> list[int]:
-    """Pids of the processes (of those this user may read) whose environment holds every
-    `NAME=value` given: how a run's processes are found, whatever namespace or working
-    directory they ended up in."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            environ = process.environ()
-        except psutil.Error:
-            continue
-        if all(environ.get(name) == value for name, value in wanted.items()):
-            found.append(process.pid)
-    return found
-
-
-def processes_working_under(directories: Sequence[Path]) -> list[int]:
-    """Pids of the processes whose working directory lies under any of `directories`."""
-    roots = [directory.resolve() for directory in directories]
-    found = []
-    for process in psutil.process_iter():
-        try:
-            cwd = Path(process.cwd())
-        except psutil.Error:
-            continue
-        if any(cwd == root or cwd.is_relative_to(root) for root in roots):
-            found.append(process.pid)
-    return found
-
-
-def process_tree(root: int) -> list[int]:
-    """`root`'s descendants (not `root`), by parent links, at this moment."""
-    try:
-        return [child.pid for child in psutil.Process(root).children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _snapshot(pids: Sequence[int]) -> list[_Pid]:
-    taken = []
-    for pid in pids:
-        started = _start_time(pid)
-        if started is not None:
-            taken.append(_Pid(pid, started))
-    return taken
-
-
-def _kill_all(pids: Sequence[_Pid]) -> None:
-    for entry in pids:
-        if entry.alive():
-            with contextlib.suppress(OSError):
-                os.kill(entry.pid, signal.SIGKILL)
-
-
-# -- one process ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -318,7 +139,7 @@ class ManagedProcess:
         self.starts = 0
         self._popen: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
-        self._orphans: list[_Pid] = []
+        self._orphans: list[RememberedPid] = []
         self._lock = threading.RLock()
 
     # -- state ------------------------------------------------------------------------
@@ -402,7 +223,7 @@ class ManagedProcess:
             finally:
                 log.close()
             self.starts += 1
-            _LIVE.add(self)
+            LIVE.add(self)
         if wait:
             self.wait_ready()
         return self
@@ -446,7 +267,7 @@ class ManagedProcess:
                 return None
             limit = self.stop_timeout if timeout is None else timeout
             if popen.poll() is None:
-                tree = _snapshot(process_tree(popen.pid))
+                tree = snapshot(process_tree(popen.pid))
                 with contextlib.suppress(ProcessLookupError):
                     popen.send_signal(self.stop_signal)
                 try:
@@ -456,7 +277,7 @@ class ManagedProcess:
                     popen.wait()
                 # whatever it started and left running (in its group or in sessions of
                 # its own) goes with it
-                _kill_all(tree)
+                kill_all(tree)
             self._finish()
             return popen.returncode
 
@@ -468,7 +289,7 @@ class ManagedProcess:
             if popen is None:
                 return None
             if popen.poll() is None:
-                self._orphans.extend(_snapshot(process_tree(popen.pid)))
+                self._orphans.extend(snapshot(process_tree(popen.pid)))
                 self._signal_group(signal.SIGKILL)
                 popen.wait()
             return popen.returncode
@@ -480,9 +301,9 @@ class ManagedProcess:
     def cleanup(self) -> None:
         """Stop it, and kill anything it left behind."""
         self.stop()
-        _kill_all(self._orphans)
+        kill_all(self._orphans)
         self._orphans.clear()
-        _LIVE.discard(self)
+        LIVE.discard(self)
 
     # -- internals --------------------------------------------------------------------
 
@@ -493,7 +314,7 @@ class ManagedProcess:
 
     def _finish(self) -> None:
         if not self._orphans:
-            _LIVE.discard(self)
+            LIVE.discard(self)
         self._reap()
 
     def _reap(self) -> None:
@@ -651,59 +472,3 @@ class Supervisor:
 def _cleanup_within(process: ManagedProcess, timeout: float) -> None:
     process.stop(timeout)
     process.cleanup()
-
-
-# -- waiting --------------------------------------------------------------------------
-
-
-def wait_until(
-    condition: Callable[[], object],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-    describe: Callable[[], str] | None = None,
-) -> object:
-    """Poll `condition` until it returns something truthy (returned); TimeoutError naming
-    `what`, with `describe()` appended, when `timeout` passes first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = f"\n{describe()}" if describe is not None else ""
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}{detail}")
-        time.sleep(interval)
-
-
-# -- at exit --------------------------------------------------------------------------
-
-
-class _Registry:
-    def __init__(self) -> None:
-        self._items: dict[int, ManagedProcess] = {}
-        self._lock = threading.Lock()
-
-    def add(self, process: ManagedProcess) -> None:
-        with self._lock:
-            self._items[id(process)] = process
-
-    def discard(self, process: ManagedProcess) -> None:
-        with self._lock:
-            self._items.pop(id(process), None)
-
-    def __iter__(self) -> Iterator[ManagedProcess]:
-        with self._lock:
-            return iter(list(self._items.values()))
-
-
-_LIVE = _Registry()
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for process in _LIVE:
-        with contextlib.suppress(Exception):
-            process.stop(timeout=5.0)
-            process.cleanup()
