@@ -29,34 +29,9 @@ steps with one flush for all of them), so each transition has one commit point:
 of entries (replay.py, group commit): each entry keeps its own commit point above, and
 only the flushes are shared.
 
-Retention: quarantine is never pruned. `delivered/` keeps every record delivered in the
-last 7 days and, beyond that, the newest 1,000; older ones are removed at the end of
-each replay pass (`prune_delivered`).
-
-What a pruned identity loses, and what still protects it. While its delivered record is
-kept, enqueueing the same (run id, transaction id) again returns "delivered" for the
-identical intent and raises OutboxConflictError for a different one. Once it is pruned
-the outbox has forgotten the identity: the same enqueue writes a new pending entry, and
-the conflict is no longer refused here. What then stands between that entry and the run:
-
-* the worker never enqueues an identity twice: its transaction id names the claim
-  attempt (`rtx-<run-id>.<attempt>`), one attempt is closed once, and a run is never
-  executed again under an attempt it already had (a new claim is a new attempt);
-* Activity Core, for anything else that enqueues: a terminal run accepts only the exact
-  repeat of its recorded intent by its owner (`reconciled`) and refuses every other
-  intent with `terminal_conflict`; an open run answers `state_conflict`, a run claimed by
-  another worker `wrong_owner`; and a run this same worker holds again under a later
-  attempt (after a reopened failure or an expired lease) refuses the old attempt with
-  `expired_lease` because every entry carries its attempt (fencing). Each of these is
-  conclusive: the entry goes to quarantine/ for an operator, it is never applied.
-
-Not protected: an entry with no attempt (a v1 record whose transaction id is not the
-worker's `rtx-` shape, or a caller that enqueues such an identity itself) is sent
-unfenced, so if the same worker holds the run again under a later attempt with an active
-lease, Activity Core applies it to that attempt. The worker itself never writes such an
-entry. Also, an identical intent enqueued again after pruning is delivered again: a
-terminal run answers `reconciled`, but a close that had reopened the run meets one of
-the refusals above and is quarantined (noise for an operator, not a changed run).
+Retention, and what a pruned identity loses: store_retention.py. The read side (status):
+store_status.py; the files, the ledger's reconciliation and quarantine: store_files.py; the
+shapes they return: store_model.py.
 
 Names starting with `.tmp-` are reserved for temp files. They are written only under
 `store.lock`, so one found while holding it is a crash leftover and is removed.
@@ -70,60 +45,55 @@ entry once; `snapshot` reports them (`lost`) without writing anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import stat
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from ops_contracts import CloseAction, RefusalCode, canonical_json
+from ops_contracts import CloseAction, RefusalCode
 from rein_aharness.outbox.durable import (
     FileVersion,
     file_version,
     fsync_dir,
-    is_temp_name,
-    move_no_clobber,
-    read_bounded,
     unlink_durable,
-    write_atomic,
     write_group,
 )
 from rein_aharness.outbox.errors import (
     OutboxConflictError,
     OutboxIntegrityError,
-    OutboxReplacedError,
 )
 from rein_aharness.outbox.identity import OutboxMarker, open_outbox
 from rein_aharness.outbox.intent import PreparedClose, prepare_close
 from rein_aharness.outbox.ledger import (
-    Ledger,
-    LedgerProblem,
     append_ledger,
-    read_ledger,
-    scan_keys,
-    write_ledger,
 )
-from rein_aharness.outbox.locking import hold_lock
 from rein_aharness.outbox.paths import OutboxPaths
 from rein_aharness.outbox.record import (
-    MAX_RECORD_BYTES,
     DeliveryFailure,
-    EntryState,
     OutboxRecord,
     QuarantineReason,
     RecordProblem,
     Settlement,
     encode_record,
     entry_name,
-    key_from_name,
-    parse_record,
 )
+from rein_aharness.outbox.store_model import (
+    SIDECAR_FORMAT,
+    SIDECAR_SUFFIX,
+    EnqueueResult,
+    EntrySummary,
+    OutboxSnapshot,
+    ReplayPlan,
+    Retention,
+    StoreState,
+    delivery_order,
+    sidecar_name,
+    utc_now,
+)
+from rein_aharness.outbox.store_retention import DeliveredRetention
+from rein_aharness.outbox.store_status import OutboxStatus
 
 __all__ = [
     "SIDECAR_FORMAT",
@@ -139,93 +109,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SIDECAR_SUFFIX = ".reason.json"
-SIDECAR_FORMAT = "rein-aharness/close-outbox-quarantine-reason/v1"
-_MAX_SIDECAR_BYTES = 8 * 1024
-_MAX_NAME_CHARS = 300
 
-StoreState = Literal["pending", "delivered", "quarantined"]
-
-
-@dataclass(frozen=True)
-class Retention:
-    """Delivered records older than `max_age` and beyond the newest `keep_newest` go."""
-
-    max_age: timedelta = timedelta(days=7)
-    keep_newest: int = 1000
-
-
-@dataclass(frozen=True)
-class EnqueueResult:
-    """The state the identity is in after enqueue; `created` when this call wrote it."""
-
-    state: StoreState
-    record: OutboxRecord
-    created: bool
-
-
-@dataclass(frozen=True)
-class EntrySummary:
-    """One pending or quarantined item, as status shows it."""
-
-    state: StoreState
-    name: str
-    key: str | None
-    run_id: str | None
-    action: str | None
-    attempts: int | None
-    last_failure_class: str | None
-    created_at: datetime | None
-    reason: str | None
-    code: str | None
-    worker_id: str | None = None  # the identity the close was recorded under
-    run_attempt: int | None = None  # the claim attempt it was decided under
-
-
-@dataclass(frozen=True)
-class ReplayPlan:
-    """Deliverable entries, oldest first; how many invalid records were quarantined; the
-    entries recorded under another worker identity (quarantined or set aside); the keys
-    of lost entries."""
-
-    deliverable: list[OutboxRecord]
-    quarantined: int
-    foreign: list[OutboxRecord] = field(default_factory=list)
-    lost: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class OutboxSnapshot:
-    """`lost`: keys the outbox knew pending that are in none of its directories."""
-
-    root: Path
-    taken_at: datetime
-    pending: tuple[EntrySummary, ...]
-    delivered_count: int
-    quarantined: tuple[EntrySummary, ...]
-    lost: tuple[str, ...] = ()
-    outbox_id: str | None = None
-    created_by: str | None = None  # the worker identity that created the outbox
-
-
-def sidecar_name(entry: str) -> str:
-    stem = entry[: -len(".json")] if entry.endswith(".json") else entry
-    return stem + SIDECAR_SUFFIX
-
-
-def _display_name(name: str) -> str:
-    """A printable, bounded rendering of a file name (which may not be valid UTF-8)."""
-    raw = os.fsencode(name)
-    text = raw.decode("utf-8", "backslashreplace")
-    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
-    return text[:_MAX_NAME_CHARS]
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-class OutboxStore:
+class OutboxStore(OutboxStatus, DeliveredRetention):
     """One outbox root. Safe to use from several threads and processes at once.
 
     `identity`: the worker identity opening it, recorded in the marker of an outbox this
@@ -239,7 +124,7 @@ class OutboxStore:
         self,
         root: Path,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         retention: Retention | None = None,
         identity: str | None = None,
         verify: bool = True,
@@ -365,72 +250,6 @@ class OutboxStore:
 
     # -- inspection ------------------------------------------------------------------
 
-    def snapshot(self) -> OutboxSnapshot:
-        """A consistent read-only view: pending and quarantined items, delivered count."""
-        with hold_lock(self.paths.store_lock, shared=True):
-            pending: list[EntrySummary] = []
-            for name in self._names(self.paths.pending):
-                try:
-                    record = self._read(self.paths.pending, name, "pending")
-                except RecordProblem as problem:
-                    pending.append(self._summary("pending", name, None, problem.reason, None))
-                    continue
-                if self._delivered_twin(record) is not None:
-                    continue  # an interrupted move: it is delivered
-                pending.append(self._summary("pending", name, record, None, None))
-            delivered = sum(1 for _ in self._names(self.paths.delivered))
-            quarantined = [self._quarantine_summary(name) for name in self._quarantine_names()]
-            ledger = self._ledger()
-            in_pending, settled = scan_keys(self.paths)
-        pending.sort(key=_age_order)
-        quarantined.sort(key=_age_order)
-        return OutboxSnapshot(
-            root=self.paths.root,
-            taken_at=self._clock(),
-            pending=tuple(pending),
-            delivered_count=delivered,
-            quarantined=tuple(quarantined),
-            lost=tuple(sorted(ledger.known - in_pending - settled)),
-            outbox_id=self.marker.outbox_id,
-            created_by=self.marker.worker_id,
-        )
-
-    def _quarantine_summary(self, name: str) -> EntrySummary:
-        record = self._read_quarantined(name)
-        reason: str | None = None
-        code: str | None = None
-        sidecar = self._read_sidecar(sidecar_name(name))
-        if sidecar is not None:
-            reason = _bounded_str(sidecar.get("reason"))
-            code = _bounded_str(sidecar.get("code"))
-        return self._summary("quarantined", name, record, reason or "missing_reason", code)
-
-    @staticmethod
-    def _summary(
-        state: StoreState,
-        name: str,
-        record: OutboxRecord | None,
-        reason: str | None,
-        code: str | None,
-    ) -> EntrySummary:
-        failure = record.last_failure if record is not None else None
-        return EntrySummary(
-            state=state,
-            name=_display_name(name),
-            key=record.key if record is not None else key_from_name(name),
-            run_id=record.run_id if record is not None else None,
-            action=record.intent.action.value if record is not None else None,
-            attempts=record.attempts if record is not None else None,
-            last_failure_class=failure.exception_class if failure is not None else None,
-            created_at=record.created_at if record is not None else None,
-            reason=reason,
-            code=code,
-            worker_id=record.intent.worker_id if record is not None else None,
-            run_attempt=record.attempt if record is not None else None,
-        )
-
-    # -- replay transitions ----------------------------------------------------------
-
     def prepare_replay(
         self, *, identity: str | None = None, quarantine_foreign: bool = False
     ) -> ReplayPlan:
@@ -471,8 +290,8 @@ class OutboxStore:
             if quarantine_foreign:
                 quarantined -= len(foreign)
             lost = self._reconcile()
-        deliverable.sort(key=_delivery_order)
-        foreign.sort(key=_delivery_order)
+        deliverable.sort(key=delivery_order)
+        foreign.sort(key=delivery_order)
         return ReplayPlan(
             deliverable=deliverable, quarantined=quarantined, foreign=foreign, lost=lost
         )
@@ -656,310 +475,3 @@ class OutboxStore:
         except FileNotFoundError:
             return False
         return file_version(info) == cached[0]
-
-    def _write_pending_group(self, records: Sequence[OutboxRecord]) -> None:
-        versions = write_group(
-            [(self.paths.pending, entry_name(r.key), encode_record(r)) for r in records]
-        )
-        for record, version in zip(records, versions, strict=True):
-            self._pending_versions[record.key] = (version, record)
-
-    def prune_delivered(self) -> int:
-        """Apply the delivered/ retention; quarantine invalid delivered records.
-
-        Every delivered record is validated, but only once per file version in this
-        process (keyed by inode, mtime and size), so the worker's replay before each
-        claim costs a directory listing and a stat per record, not a parse.
-        """
-        with self._locked():
-            records: list[tuple[datetime, str]] = []
-            seen: dict[str, tuple[FileVersion, datetime]] = {}
-            for name in self._names(self.paths.delivered):
-                delivered_at = self._delivered_at(name, seen)
-                if delivered_at is not None:
-                    records.append((delivered_at, name))
-            self._validated_delivered = seen
-            records.sort(reverse=True)
-            horizon = self._clock() - self._retention.max_age
-            doomed = [
-                name
-                for delivered_at, name in records[self._retention.keep_newest :]
-                if delivered_at < horizon
-            ]
-            if not doomed:
-                return 0
-            # A delivered record is what tells a moved entry from a lost one: the ledger
-            # must say it left pending/ (durably) before the record goes.
-            keys = {key for key in map(key_from_name, doomed) if key is not None}
-            append_ledger(
-                self.paths.ledger, removed=sorted(keys & self._ledger().known), durable=True
-            )
-            for name in doomed:
-                os.unlink(self.paths.delivered / name)
-            fsync_dir(self.paths.delivered)
-            return len(doomed)
-
-    # -- internals -------------------------------------------------------------------
-
-    def _delivered_at(
-        self, name: str, seen: dict[str, tuple[FileVersion, datetime]]
-    ) -> datetime | None:
-        """The record's delivered_at, or None after quarantining an invalid record."""
-        directory = self.paths.delivered
-        try:
-            info = os.lstat(directory / name)
-        except OSError:
-            info = None
-        if info is not None:
-            version = file_version(info)
-            cached = self._validated_delivered.get(name)
-            if cached is not None and cached[0] == version:
-                seen[name] = cached
-                return cached[1]
-        try:
-            record = self._read(directory, name, "delivered")
-        except RecordProblem as problem:
-            self._quarantine(directory, name, "delivered", problem.reason)
-            return None
-        assert record.delivered_at is not None  # parse_record checks it
-        if info is not None:
-            seen[name] = (file_version(info), record.delivered_at)
-        return record.delivered_at
-
-    def _locked(self) -> AbstractContextManager[None]:
-        return hold_lock(self.paths.store_lock)
-
-    def _ledger(self) -> Ledger:
-        """The ledger, which must be this outbox's (caller holds the store lock)."""
-        try:
-            ledger = read_ledger(self.paths.ledger)
-        except LedgerProblem as problem:
-            raise OutboxReplacedError(str(problem)) from None
-        if ledger.outbox_id != self.marker.outbox_id:
-            raise OutboxReplacedError(
-                f"{self.paths.ledger}: belongs to outbox {ledger.outbox_id}, not to "
-                f"{self.marker.outbox_id}, which was opened here (the directory was replaced)"
-            )
-        return ledger
-
-    def _reconcile(self, *, log_lost: bool = True) -> tuple[str, ...]:
-        """Bring the ledger up to date with the tree; the keys of lost entries, each
-        logged once per store (`log_lost`). Caller holds the store lock.
-
-        Pending entries it does not know (an enqueue killed before its ledger line)
-        become known; known ones that reached delivered/ or quarantine/ (a move killed
-        before its ledger line) stop being known. Neither is an alarm.
-        """
-        ledger = self._ledger()
-        in_pending, settled = scan_keys(self.paths)
-        unknown = in_pending - ledger.known
-        moved = (ledger.known & settled) - in_pending
-        if unknown or moved:
-            append_ledger(
-                self.paths.ledger, added=sorted(unknown), removed=sorted(moved), durable=True
-            )
-        known = (ledger.known | unknown) - moved
-        if ledger.needs_compaction():
-            write_ledger(self.paths, self.marker.outbox_id, known)
-        lost = known - in_pending - settled
-        if not log_lost:
-            return tuple(sorted(lost))
-        for key in sorted(lost - self._reported_lost):
-            log.error(
-                "close outbox %s: entry %s was known pending and is gone: in none of "
-                "pending/, delivered/, quarantine/",
-                self.paths.root,
-                key,
-                extra={"key": key},
-            )
-        self._reported_lost |= lost
-        return tuple(sorted(lost))
-
-    def _dir(self, state: EntryState) -> Path:
-        return self.paths.pending if state == "pending" else self.paths.delivered
-
-    def _write(self, record: OutboxRecord) -> None:
-        write_atomic(self._dir(record.state), entry_name(record.key), encode_record(record))
-
-    @staticmethod
-    def _names(directory: Path) -> Iterator[str]:
-        for name in sorted(os.listdir(directory)):
-            if not is_temp_name(name):
-                yield name
-
-    def _quarantine_names(self) -> Iterator[str]:
-        for name in self._names(self.paths.quarantine):
-            if not name.endswith(SIDECAR_SUFFIX):
-                yield name
-
-    @staticmethod
-    def _remove_stray_temps(directory: Path) -> None:
-        for name in os.listdir(directory):
-            path = directory / name
-            if is_temp_name(name) and stat.S_ISREG(os.lstat(path).st_mode):
-                os.unlink(path)
-
-    @staticmethod
-    def _read(directory: Path, name: str, state: EntryState) -> OutboxRecord:
-        return OutboxStore._read_versioned(directory, name, state)[0]
-
-    @staticmethod
-    def _read_versioned(
-        directory: Path, name: str, state: EntryState
-    ) -> tuple[OutboxRecord, FileVersion]:
-        """The record and the version of the file it was read from (the caller holds
-        the store lock, so the file is not replaced between the two)."""
-        path = directory / name
-        if key_from_name(name) is None:
-            raise RecordProblem(QuarantineReason.unexpected_name)
-        try:
-            info = os.lstat(path)
-        except OSError as exc:
-            raise RecordProblem(QuarantineReason.unreadable) from exc
-        if not stat.S_ISREG(info.st_mode):
-            raise RecordProblem(QuarantineReason.not_regular_file)
-        try:
-            data = read_bounded(path, MAX_RECORD_BYTES)
-        except OSError as exc:
-            raise RecordProblem(QuarantineReason.unreadable) from exc
-        if data is None:
-            raise RecordProblem(QuarantineReason.oversized)
-        return parse_record(data, name=name, state=state), file_version(info)
-
-    def _read_quarantined(self, name: str) -> OutboxRecord | None:
-        """The record in quarantine/ if it is a valid record (in either state)."""
-        path = self.paths.quarantine / name
-        if not os.path.lexists(path):
-            return None
-        for state in ("pending", "delivered"):
-            try:
-                return self._read(self.paths.quarantine, name, state)
-            except RecordProblem:
-                continue
-        return None
-
-    def _read_sidecar(self, name: str) -> dict[str, object] | None:
-        path = self.paths.quarantine / name
-        try:
-            data = read_bounded(path, _MAX_SIDECAR_BYTES)
-            value = json.loads(data) if data is not None else None
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
-
-    def _load_pending(self, name: str) -> OutboxRecord | None:
-        """The valid pending record stored as `name`, after settling its fate.
-
-        Invalid records are quarantined; a record whose identical intent is already in
-        delivered/ is the remainder of an interrupted move and is removed; one whose
-        delivered twin differs is quarantined. Caller holds the store lock.
-        """
-        directory = self.paths.pending
-        if not os.path.lexists(directory / name):
-            return None
-        try:
-            record, version = self._read_versioned(directory, name, "pending")
-        except RecordProblem as problem:
-            self._quarantine(directory, name, "pending", problem.reason)
-            return None
-        self._pending_versions[record.key] = (version, record)
-        twin_path = self.paths.delivered / name
-        if os.path.lexists(twin_path):
-            try:
-                twin = self._read(self.paths.delivered, name, "delivered")
-            except RecordProblem as problem:
-                self._quarantine(self.paths.delivered, name, "delivered", problem.reason)
-                return record
-            if _same_intent(twin, record):
-                unlink_durable(directory / name)
-                append_ledger(self.paths.ledger, removed=[record.key], durable=False)
-            else:
-                self._quarantine(
-                    directory, name, "pending", QuarantineReason.conflicts_with_delivered
-                )
-            return None
-        return record
-
-    def _delivered_twin(self, record: OutboxRecord) -> OutboxRecord | None:
-        name = entry_name(record.key)
-        if not os.path.lexists(self.paths.delivered / name):
-            return None
-        try:
-            twin = self._read(self.paths.delivered, name, "delivered")
-        except RecordProblem:
-            return None
-        return twin if _same_intent(twin, record) else None
-
-    def _quarantine(
-        self,
-        directory: Path,
-        name: str,
-        source: EntryState,
-        reason: QuarantineReason,
-        *,
-        code: str | None = None,
-        record: OutboxRecord | None = None,
-    ) -> str:
-        """Sidecar first, then the intact rename; returns the name in quarantine/."""
-        target = self._free_quarantine_name(name)
-        sidecar: dict[str, object] = {
-            "format": SIDECAR_FORMAT,
-            "reason": reason.value,
-            "code": code,
-            "source": source,
-            "original_name": _display_name(name),
-            "key": record.key if record is not None else key_from_name(name),
-            "run_id": record.run_id if record is not None else None,
-            "attempts": record.attempts if record is not None else None,
-            "quarantined_at": self._clock().isoformat().replace("+00:00", "Z"),
-        }
-        write_atomic(self.paths.quarantine, sidecar_name(target), canonical_json(sidecar))
-        move_no_clobber(directory / name, self.paths.quarantine / target)
-        key = key_from_name(name)
-        if source == "pending" and key is not None:
-            append_ledger(self.paths.ledger, removed=[key], durable=True)
-        return target
-
-    def _free_quarantine_name(self, name: str) -> str:
-        """`name` itself unless quarantine/ already holds an entry there (or one that
-        shares its sidecar); then `name.<ns>`. A sidecar whose entry is absent is the
-        remainder of a quarantine a crash interrupted, and is overwritten."""
-        candidate = name
-        while (
-            candidate.endswith(SIDECAR_SUFFIX)
-            or os.path.lexists(self.paths.quarantine / candidate)
-            or any(
-                os.path.lexists(self.paths.quarantine / owner)
-                for owner in _sidecar_owners(sidecar_name(candidate))
-            )
-        ):
-            candidate = f"{name}.{time.time_ns()}"
-        return candidate
-
-
-def _same_intent(a: OutboxRecord, b: OutboxRecord) -> bool:
-    return (a.run_id, a.transaction_id, a.intent_digest, a.attempt) == (
-        b.run_id,
-        b.transaction_id,
-        b.intent_digest,
-        b.attempt,
-    )
-
-
-def _delivery_order(record: OutboxRecord) -> tuple[datetime, str]:
-    return (record.created_at, record.key)
-
-
-def _bounded_str(value: object) -> str | None:
-    return value[:64] if isinstance(value, str) else None
-
-
-def _age_order(summary: EntrySummary) -> tuple[bool, datetime, str]:
-    created = summary.created_at or datetime.max.replace(tzinfo=UTC)
-    return (summary.created_at is None, created, summary.name)
-
-
-def _sidecar_owners(sidecar: str) -> tuple[str, str]:
-    """The two entry names whose sidecar is `sidecar` (`x.json` and `x`)."""
-    stem = sidecar[: -len(SIDECAR_SUFFIX)]
-    return (stem + ".json", stem)
