@@ -50,6 +50,7 @@ class StandInGlas:
         self.calls: list[str] = []
         self.bundle: bytes = b""
         self.on_get: Callable[[httpx.Request], httpx.Response] | None = None
+        self.result_baseline: str | None = baseline
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.calls.append(f"{request.method} {request.url.path}")
@@ -78,7 +79,7 @@ class StandInGlas:
                 },
                 "repository_transaction": {
                     "transaction_id": f"rtx-{run_id}.{body['run']['attempt']}",
-                    "baseline_digest": self.baseline,
+                    "baseline_digest": self.result_baseline,
                     "grant_id": grant_id(grant),
                     "acceptance_policy_id": acceptance_policy_id(grant),
                     "acceptance": "accepted",
@@ -193,6 +194,7 @@ def _not_found(request: httpx.Request) -> httpx.Response:
         ("over_the_bound", "changes_too_large"),
         ("garbage", "changes_invalid"),
         ("bad_pack", "changes_invalid"),
+        ("result_without_baseline", "changes_invalid"),
     ],
 )
 async def test_a_bundle_glas_cannot_give_fails_the_run_with_the_reason(
@@ -219,6 +221,9 @@ async def test_a_bundle_glas_cannot_give_fails_the_run_with_the_reason(
         overrides["rein_aharness_changes_max_bytes"] = len(real) - 1
     elif case == "garbage":
         glas.bundle = garbage_bundle("binary")
+    elif case == "result_without_baseline":
+        glas.bundle = real
+        glas.result_baseline = None
     else:
         header = real[: real.index(b"\n\nPACK") + 2]
         glas.bundle = header + b"PACK\x00\x00\x00\x02\x00\x00\x00\x01garbage"
@@ -230,6 +235,8 @@ async def test_a_bundle_glas_cannot_give_fails_the_run_with_the_reason(
     row = await activity_core.row(run_id)
     assert row["state"] == "failed"
     assert row["last_error"].startswith(reason), row["last_error"]
+    if case == "result_without_baseline":
+        assert glas.gets() == 0  # nothing to check a bundle against: not even asked
     transaction = row["result"]["repository_transaction"]
     assert transaction["acceptance"] == "rejected"
     assert transaction.get("changes_digest") is None
