@@ -44,11 +44,12 @@ fetches it (adapters/glas_changes.py):
 | a body over the bound (declared or read) | WorkRejected `changes_too_large: ...`      |
 | 408, 429, 5xx, transport failure         | retried (bounded, jittered), then          |
 |                                          | GatewayUnavailable (reopen)                |
-| any other status (404 ...)               | WorkRejected `changes_unavailable: ...`    |
+| any other status (404 ...), or encoded   | WorkRejected `changes_unavailable: ...`    |
 
 Glas keeps the bundle at least until the run's close is delivered: the worker fetches
 it again, by the same request id, when its own copy is lost before delivery
-(repository/changes_store.py). gateway/remote_changes.py checks the bytes.
+(repository/changes_store.py). gateway/remote_changes.py decides what each answer
+makes of the run; repository/changes_check.py checks the bytes.
 """
 
 from __future__ import annotations
