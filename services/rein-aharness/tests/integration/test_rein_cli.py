@@ -417,3 +417,54 @@ def test_entry_point_never_prints_a_traceback(
     assert completed.returncode == 2
     assert "Traceback" not in completed.stderr
     assert completed.stderr.startswith("rein-aharness")
+
+
+def test_replay_with_a_remote_glas_fetches_a_lost_bundle_again(
+    capsys: pytest.CaptureFixture[str],
+    cli_store: OutboxStore,
+    make_close: Factory,
+    projection: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator's replay finds a lost bundle as the worker does: with
+    REIN_AHARNESS_GLAS_URL it asks Glas again (the attempt's request id), uploads the
+    bytes of the intent's digest, then closes."""
+    import hashlib
+
+    bundle = b"# v2 git bundle\n-" + b"a" * 40 + b"\n\nPACK"
+    digest = "sha256:" + hashlib.sha256(bundle).hexdigest()
+    monkeypatch.setenv("REIN_AHARNESS_GLAS_URL", "http://glas.test")
+    result = {
+        "ok": True,
+        "head_after": "b" * 40,
+        "committed": True,
+        "repository_transaction": {
+            "transaction_id": f"rtx-{RUN}.1",
+            "baseline_digest": "a" * 40,
+            "changes_digest": digest,
+            "acceptance": "accepted",
+            "accepted_commits": ["b" * 40],
+            "accepted_paths": ["briefs/x.md"],
+        },
+    }
+    cli_store.enqueue_close(**make_close(transaction_id=f"rtx-{RUN}.1", result=result, attempt=1))
+    with respx.mock(assert_all_called=True) as router:
+        fetched = router.get(f"http://glas.test/v1/requests/{RUN}.1/changes.bundle").mock(
+            return_value=httpx.Response(200, content=bundle)
+        )
+        uploaded = router.put(f"{BASE}/ops-runs/{RUN}/changes").mock(
+            return_value=httpx.Response(
+                201,
+                json={"run_id": RUN, "attempt": 1, "digest": digest, "size": len(bundle)},
+            )
+        )
+        router.post(f"{BASE}/ops-runs/{RUN}/complete").mock(
+            return_value=_closed(projection, "applied")
+        )
+        code, out, err = _run(capsys, "close-outbox", "replay", "--json")
+    report = json.loads(out)
+    assert code == ExitCode.CLEAN, report
+    assert "changes bundle fetched again from glas" in err
+    assert fetched.call_count == 1
+    assert uploaded.calls.last.request.content == bundle
+    assert report["counts"] == {"pending": 0, "delivered": 1, "quarantined": 0}

@@ -251,3 +251,27 @@ async def test_an_answer_for_other_changes_is_a_protocol_error_and_stays_pending
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("failed", "QueueProtocolError")]
     assert complete.call_count == 0
+
+
+async def test_a_405_on_the_upload_never_closes_without_the_changes(
+    router: respx.MockRouter,
+    client: ActivityCoreQueueClient,
+    store: OutboxStore,
+    make_close: Callable[..., dict[str, Any]],
+) -> None:
+    """There is no "older activity-core" fallback: a 405 is an unclassified refusal
+    (queue_errors.QueueRejectedError), so the entry stays pending and no complete is
+    sent without the changes it names."""
+    put = router.put(f"/ops-runs/{RUN}/changes").mock(
+        return_value=httpx.Response(
+            405, json={"code": "method_not_allowed", "detail": "no such method"}
+        )
+    )
+    complete = router.post(f"/ops-runs/{RUN}/complete")
+    key = _enqueue(store, make_close)
+    report = await replay_pending(store, deliver_close(client, changes=Bundles()))
+    assert [(o.outcome, o.detail) for o in report.outcomes] == [("failed", "QueueRejectedError")]
+    assert put.call_count == 1  # not retried: it is not transient
+    assert complete.call_count == 0
+    assert (store.paths.pending / f"{key}.json").exists()
+    assert store.snapshot().quarantined == ()

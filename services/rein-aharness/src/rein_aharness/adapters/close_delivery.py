@@ -30,10 +30,9 @@ quarantined). Then:
   does (an exact repeat of a close already taken is reconciled; a cancelled run is
   settled; anything else quarantined). A close answered `changes_not_stored` then is
   quarantined with the upload's code.
-
-- the upload answered 405 `method_not_allowed`: this activity-core predates changes
-  (a rolling upgrade) and has no close check either; the close is sent without them,
-  logged.
+- any other refusal of the upload (a 405, a 404 page of a proxy, `invalid_request`):
+  unclassified (queue_errors.QueueRejectedError), so the entry stays pending and no
+  close is sent: a complete is never sent without the changes it names.
 
 `on_upload`, when given, is told how each upload ended (`stored`, `already_stored`,
 `refused`), for the metrics; it must not raise.
@@ -153,15 +152,6 @@ async def send_with_changes(
     for _ in range(UPLOAD_ROUNDS):
         try:
             await _upload(client, changes, record, digest, on_upload)
-        except QueueRejectedError as exc:
-            if not (exc.status == 405 and exc.code == RefusalCode.method_not_allowed.value):
-                raise
-            log.warning(
-                "activity-core takes no changes uploads (an older version): "
-                "closing without handing the changes over",
-                extra={"run_id": record.run_id, "digest": digest},
-            )
-            return await send_close(client, record)
         except ChangesRefusedError as refusal:
             if refusal.code not in CONCLUSIVE_CLOSE_REFUSALS:
                 raise
@@ -191,9 +181,9 @@ def deliver_close(
     changes: ChangesSource | None = None,
     on_upload: Callable[[str], None] | None = None,
 ) -> DeliveryCallback:
-    """`changes`: where bundles come from; without one (a worker with a remote Glas
-    gateway, which hands over no changes) a close naming a changes digest is sent as it
-    is, and activity-core answers `changes_not_stored` (it stays pending)."""
+    """`changes`: where bundles come from (the worker always has one); without one a
+    close naming a changes digest is sent as it is, and activity-core answers
+    `changes_not_stored` (it stays pending)."""
 
     async def deliver(record: OutboxRecord) -> Settlement:
         digest = changes_digest_of(record)

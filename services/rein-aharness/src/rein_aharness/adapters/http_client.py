@@ -20,6 +20,7 @@ import httpx
 __all__ = [
     "MAX_ANSWER_BYTES",
     "USER_AGENT",
+    "AnswerEncoded",
     "AnswerTooLarge",
     "bounded_answers",
     "build_http_client",
@@ -34,6 +35,11 @@ MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 class AnswerTooLarge(Exception):
     """A peer's answer exceeded MAX_ANSWER_BYTES, or came content-encoded."""
+
+
+class AnswerEncoded(AnswerTooLarge):
+    """The answer came content-encoded (its size unknown until inflated); a caller that
+    reports size and encoding differently tells them apart by this class."""
 
 
 class _BoundedStream(httpx.AsyncByteStream):
@@ -64,7 +70,7 @@ def bounded_answers(
         declared = response.headers.get("content-length", "")
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
-            raise AnswerTooLarge(f"the answer is {encoding}-encoded")
+            raise AnswerEncoded(f"the answer is {encoding}-encoded")
         if declared.isdigit() and (len(declared) > 12 or int(declared) > max_bytes):
             raise AnswerTooLarge(f"the answer declares {declared} bytes, over {max_bytes}")
         assert isinstance(response.stream, httpx.AsyncByteStream)

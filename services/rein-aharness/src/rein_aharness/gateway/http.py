@@ -23,6 +23,33 @@ Glas exposes no public network API we could copy, so the wire is ours, version 1
 
 Retrying is safe because the request id is the idempotency key: Glas runs one request id
 once. Messages carry status and code only, never response bodies.
+
+A granted completion (`ok` for a request with a repository grant) comes with commits
+that live in Glas's repository, so Glas keeps the request's changes bundle
+(docs/changes.md: one prerequisite `-<baseline>`, one ref
+`<head_after> refs/heads/rein/<run-id>/<attempt>`, a non-thin pack) and the worker
+fetches it (adapters/glas_changes.py):
+
+    GET <REIN_AHARNESS_GLAS_URL>/v1/requests/<request_id>/changes.bundle
+    Authorization: Bearer <REIN_AHARNESS_GLAS_TOKEN>      (when set)
+    Accept: application/x-git-bundle
+
+| answer                                   | becomes                                    |
+| ---------------------------------------- | ------------------------------------------ |
+| 2xx with the result's bundle, within     | the result, its repository transaction's   |
+| REIN_AHARNESS_CHANGES_MAX_BYTES          | `changes_digest` set; the bundle kept in   |
+|                                          | `<state>/changes/`                         |
+| 2xx with other bytes (another attempt's  | WorkRejected `changes_invalid: ...`        |
+| ref, another tip or baseline, garbage)   |                                            |
+| a body over the bound (declared or read) | WorkRejected `changes_too_large: ...`      |
+| 408, 429, 5xx, transport failure         | retried (bounded, jittered), then          |
+|                                          | GatewayUnavailable (reopen)                |
+| any other status (404 ...), or encoded   | WorkRejected `changes_unavailable: ...`    |
+
+Glas keeps the bundle at least until the run's close is delivered: the worker fetches
+it again, by the same request id, when its own copy is lost before delivery
+(repository/changes_store.py). gateway/remote_changes.py decides what each answer
+makes of the run; repository/changes_check.py checks the bytes.
 """
 
 from __future__ import annotations
@@ -33,10 +60,13 @@ import httpx
 from pydantic import ValidationError
 
 from ops_contracts import GatewayResult
+from rein_aharness.adapters.glas_changes import GlasChangesClient, answer_code
 from rein_aharness.adapters.http_client import AnswerTooLarge, build_http_client
 from rein_aharness.adapters.retry import RetryPolicy, with_retries
 from rein_aharness.gateway.errors import GatewayProtocolError, GatewayRefused, GatewayUnavailable
+from rein_aharness.gateway.remote_changes import hand_over_remote_changes, wants_changes
 from rein_aharness.gateway.request import QueuedRequest
+from rein_aharness.repository.changes_store import ChangesStore
 
 __all__ = ["HttpGlasGateway", "request_body"]
 
@@ -76,8 +106,12 @@ class HttpGlasGateway:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_seconds: float = 1800.0,
         retry: RetryPolicy | None = None,
+        changes: tuple[GlasChangesClient, ChangesStore] | None = None,
     ) -> None:
+        """`changes`: how granted completions' bundles are fetched and where they are
+        kept; without it a result is returned as Glas gave it (tests of the POST)."""
         self._retry = retry or RetryPolicy()
+        self._changes = changes
         self._http = build_http_client(
             base_url, token, transport=transport, timeout_seconds=timeout_seconds
         )
@@ -106,21 +140,14 @@ class HttpGlasGateway:
         except _Transient as exc:
             raise GatewayUnavailable(str(exc)) from exc
         if not response.is_success:
-            code = _code(response)
+            code = answer_code(response)
             suffix = f" {code}" if code else ""
             raise GatewayRefused(f"glas refused the request: {response.status_code}{suffix}")
-        return _parse_result(response, request)
-
-
-def _code(response: httpx.Response) -> str | None:
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    code = body.get("code") if isinstance(body, dict) else None
-    if isinstance(code, str) and code.isascii() and code.isprintable():
-        return code[:64]
-    return None
+        result = _parse_result(response, request)
+        if self._changes is not None and wants_changes(request, result):
+            client, store = self._changes
+            return await hand_over_remote_changes(request, result, client=client, store=store)
+        return result
 
 
 def _parse_result(response: httpx.Response, request: QueuedRequest) -> GatewayResult:

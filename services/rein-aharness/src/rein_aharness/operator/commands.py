@@ -13,35 +13,66 @@ from pathlib import Path
 from typing import TextIO
 
 import anyio
+import httpx
 
 from rein_aharness.adapters.close_delivery import deliver_close
+from rein_aharness.adapters.glas_changes import GlasChangesClient
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.queue_errors import QueueAuthError, QueueTransientError
+from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.operator.report import render_json, render_table
 from rein_aharness.outbox.identity import adopt_outbox
 from rein_aharness.outbox.paths import OutboxPaths, default_state_dir, resolve_outbox_root
 from rein_aharness.outbox.replay import ReplayReport, replay_pending
 from rein_aharness.outbox.store import OutboxStore
-from rein_aharness.repository.changes_store import ChangesStore
+from rein_aharness.repository.changes_store import ChangesStore, GlasBundles
 from rein_aharness.settings import ReinAharnessSettings, SettingsError
 
-__all__ = ["adopt_command", "changes_store", "open_store", "replay_command", "status_command"]
+__all__ = [
+    "adopt_command",
+    "changes_store",
+    "glas_changes_client",
+    "open_store",
+    "replay_command",
+    "status_command",
+]
 
 CHANGES_DIR = "changes"
 
 
-def changes_store(settings: ReinAharnessSettings, state_dir: Path) -> ChangesStore | None:
-    """Where the local gateway's changes bundles live (`<state>/changes/`), and how one
-    lost before its close is written again; None with a remote Glas gateway, which hands
-    over no changes (README)."""
-    if settings.rein_aharness_glas_url is not None:
-        return None
+def changes_store(
+    settings: ReinAharnessSettings, state_dir: Path, glas: GlasBundles | None = None
+) -> ChangesStore:
+    """Where changes bundles live (`<state>/changes/`), and how one lost before its close
+    is found again: written from the landed branch (local gateway), or fetched again
+    from `glas` (a remote gateway, README "Handing the changes over")."""
     return ChangesStore(
         state_dir / CHANGES_DIR,
         repositories_root=settings.rein_aharness_repositories_root,
         source=settings.repository_source(),
         max_bytes=settings.rein_aharness_changes_max_bytes,
+        glas=glas,
+    )
+
+
+def glas_changes_client(
+    settings: ReinAharnessSettings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    retry: RetryPolicy | None = None,
+) -> GlasChangesClient | None:
+    """The client that fetches a remote Glas's changes bundles; None without one."""
+    if settings.rein_aharness_glas_url is None:
+        return None
+    token = settings.rein_aharness_glas_token
+    return GlasChangesClient(
+        str(settings.rein_aharness_glas_url),
+        token.get_secret_value() if token is not None else None,
+        max_bytes=settings.rein_aharness_changes_max_bytes,
+        transport=transport,
+        timeout_seconds=min(settings.rein_aharness_glas_timeout_seconds, 300.0),
+        retry=retry,
     )
 
 
@@ -97,21 +128,25 @@ def replay_command(
     base_url = str(settings.activity_core_url)
     token = settings.activity_core_worker_token
     store = open_store(settings)
-    changes = changes_store(
-        settings, settings.rein_aharness_state_dir or default_state_dir(os.environ)
-    )
+    state_dir = settings.rein_aharness_state_dir or default_state_dir(os.environ)
 
     async def replay() -> ReplayReport:
-        async with ActivityCoreQueueClient(
-            base_url, token.get_secret_value() if token is not None else None
-        ) as client:
-            return await replay_pending(
-                store,
-                deliver_close(client, changes=changes),
-                limit=limit,
-                stop_on=(QueueTransientError, QueueAuthError),
-                identity=settings.activity_core_worker_id,
-            )
+        glas = glas_changes_client(settings)
+        changes = changes_store(settings, state_dir, glas)
+        try:
+            async with ActivityCoreQueueClient(
+                base_url, token.get_secret_value() if token is not None else None
+            ) as client:
+                return await replay_pending(
+                    store,
+                    deliver_close(client, changes=changes),
+                    limit=limit,
+                    stop_on=(QueueTransientError, QueueAuthError),
+                    identity=settings.activity_core_worker_id,
+                )
+        finally:
+            if glas is not None:
+                await glas.aclose()
 
     report = anyio.run(replay)
     snapshot = store.snapshot()

@@ -36,7 +36,7 @@ from rein_aharness.gateway import (
     LocalGlasGateway,
     WithdrawLanding,
 )
-from rein_aharness.operator.commands import changes_store
+from rein_aharness.operator.commands import changes_store, glas_changes_client
 from rein_aharness.operator.exit_codes import ExitCode, exit_code_for
 from rein_aharness.outbox import OutboxPathError, OutboxStore, resolve_outbox_root
 from rein_aharness.outbox.locking import ensure_lock_file
@@ -191,14 +191,18 @@ async def open_worker(
     remote: HttpGlasGateway | None = None
     changes: ChangesStore | None = None
     withdraw: WithdrawLanding | None = None
+    glas_changes = glas_changes_client(settings, transport=transports.glas, retry=retry)
     if settings.rein_aharness_glas_url is not None:
+        assert glas_changes is not None
         glas_token = settings.rein_aharness_glas_token
+        changes = changes_store(settings, state_dir, glas_changes)
         remote = HttpGlasGateway(
             str(settings.rein_aharness_glas_url),
             glas_token.get_secret_value() if glas_token is not None else None,
             transport=transports.glas,
             timeout_seconds=settings.rein_aharness_glas_timeout_seconds,
             retry=retry,
+            changes=(glas_changes, changes),
         )
         gateway = remote
     else:
@@ -215,7 +219,6 @@ async def open_worker(
         )
         gateway, withdraw = local, local.withdraw
         changes = changes_store(settings, state_dir)
-        assert changes is not None
     sink: HttpEventSink | None = None
     events: EventSink
     if settings.rein_aharness_event_sink_url is not None:
@@ -268,6 +271,8 @@ async def open_worker(
             await client.aclose()
             if remote is not None:
                 await remote.aclose()
+            if glas_changes is not None:
+                await glas_changes.aclose()
             if sink is not None:
                 await sink.aclose()
 
