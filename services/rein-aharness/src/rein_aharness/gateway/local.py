@@ -59,6 +59,7 @@ from rein_aharness.gateway.errors import (
 )
 from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, repository_transaction
 from rein_aharness.gateway.fetch_failures import fetch_error
+from rein_aharness.gateway.report_evidence import approach_report, result_file_env, with_report
 from rein_aharness.gateway.request import QueuedRequest
 from rein_aharness.profiles import render_output_path
 from rein_aharness.repository import (
@@ -83,6 +84,7 @@ from rein_aharness.repository import (
 )
 from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
+from rein_aharness.sandbox.result_file import Report
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -208,11 +210,16 @@ class LocalGlasGateway:
             if self._on_sandbox_failure is not None:
                 self._on_sandbox_failure(exc.reason)
             raise SandboxFailed(f"the sandbox could not be created: {exc.reason}") from None
+        # The approach and its sandbox are gone: the report is read whatever the outcome,
+        # and never changes how the work is judged.
+        report = approach_report(request, sandbox)
         inspection = await inspect_work(workspace, session.refs_before, session.metadata_before)
         elapsed = self._clock() - started
 
         def rejected(outcome: GatewayOutcome) -> GatewayResult:
-            return self._result(request, workspace, "rejected", outcome, elapsed, head=None)
+            return self._result(
+                request, workspace, "rejected", outcome, elapsed, head=None, report=report
+            )
 
         if failure is not None:
             timed_out = isinstance(failure, ApproachTimedOut)
@@ -238,6 +245,7 @@ class LocalGlasGateway:
             paths=inspection.paths,
             brief_path=brief_path,
             changes_digest=changes_digest,
+            report=report,
         )
 
     async def _hand_over(
@@ -301,6 +309,7 @@ class LocalGlasGateway:
             "REIN_PROFILE_REF": request.profile.ref,
             **identity,
             **sandbox.git_env(),
+            **result_file_env(sandbox),
         }
         env = git_environment(base=approach_environment(spec, self._environ, {}), extra=run_vars)
         outcome = await run_command(spec, sandbox, env)
@@ -332,6 +341,7 @@ class LocalGlasGateway:
         paths: tuple[str, ...] = (),
         brief_path: str | None = None,
         changes_digest: str | None = None,
+        report: Report | None = None,
     ) -> GatewayResult:
         accepted = acceptance == "accepted"
         if brief_path is None and len(paths) == 1:
@@ -339,13 +349,16 @@ class LocalGlasGateway:
         return gateway_result(
             request,
             ok=accepted,
-            evidence=gateway_evidence(
-                request,
-                outcome=outcome,
-                duration_s=elapsed,
-                head_after=head,
-                commits=commits,
-                paths=paths,
+            evidence=with_report(
+                gateway_evidence(
+                    request,
+                    outcome=outcome,
+                    duration_s=elapsed,
+                    head_after=head,
+                    commits=commits,
+                    paths=paths,
+                ),
+                report,
             ),
             transaction=repository_transaction(
                 request,

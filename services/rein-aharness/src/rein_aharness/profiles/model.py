@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from ops_contracts import harness_profile_ref_error
+from rein_aharness.profiles.report_fields import ReportField
 from rein_aharness.profiles.templates import template_error
 
 __all__ = [
@@ -68,6 +69,12 @@ def _env_allowlist(names: list[str]) -> list[str]:
             f"{', '.join(reserved)}: ACTIVITY_CORE_*, REIN_AHARNESS_* and GIT_* variables "
             "are never passed to an approach"
         )
+    if len(set(names)) != len(names):
+        raise ValueError("names must be unique")
+    return names
+
+
+def _unique(names: list[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError("names must be unique")
     return names
@@ -170,6 +177,9 @@ class CommandSpec(BaseModel):
     env_allowlist: Annotated[
         list[EnvName], Field(max_length=64), AfterValidator(_env_allowlist)
     ] = Field(default_factory=list)
+    # The result-file fields the approach may report (sandbox/result_file.py); none by
+    # default, so a profile that says nothing keeps its catalogue evidence.
+    report: Annotated[list[ReportField], AfterValidator(_unique)] = Field(default_factory=list)
 
 
 class BriefSpec(BaseModel):

@@ -46,6 +46,7 @@ class GitMounts:
 class SandboxMounts:
     worktree: Path  # read-write at /workspace
     git: GitMounts | None = None  # None: no repository (the start-up probe)
+    report_dir: Path | None = None  # read-write at /rein/report (result_file.py)
 
 
 def dotgit_text(admin_name: str) -> str:

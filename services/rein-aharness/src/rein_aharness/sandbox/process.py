@@ -45,6 +45,7 @@ from rein_aharness.sandbox.layout import (
     dotgit_text,
 )
 from rein_aharness.sandbox.limits import SandboxLimitError, apply_rlimits, root_needs_cgroup
+from rein_aharness.sandbox.result_file import RESULT_FILE, RESULT_FILE_NAME, make_report_dir
 
 __all__ = ["Sandbox", "SandboxUnavailable", "sandbox_over", "sandboxed_process"]
 
@@ -80,6 +81,14 @@ class Sandbox:
         """The git variables an approach needs in this sandbox (objects, alternates)."""
         return approach_git_environment(self.mounts, confined=self.choice.confined)
 
+    def result_file(self) -> str | None:
+        """REIN_RESULT_FILE for an approach in this sandbox (the host path when unconfined)."""
+        if self.mounts.report_dir is None:
+            return None
+        if self.choice.confined:
+            return str(RESULT_FILE)
+        return os.fspath(self.mounts.report_dir / RESULT_FILE_NAME)
+
     @property
     def evidence_name(self) -> str:
         return self.choice.evidence_name
@@ -99,12 +108,13 @@ async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path 
         dotgit_file=workspace.dotgit_file,
         config_file=config_file,
     )
+    report_dir = make_report_dir(workspace.scratch)
     growth = await WorktreeGrowth.measured(
-        (workspace.path, workspace.admin_dir, workspace.objects_dir),
+        (workspace.path, workspace.admin_dir, workspace.objects_dir, report_dir),
         choice.profile.limits.worktree_mb,
         choice.name,
     )
-    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git), growth)
+    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git, report_dir), growth)
 
 
 _system: SystemPaths | None = None
