@@ -61,6 +61,7 @@ from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, rep
 from rein_aharness.gateway.fetch_failures import fetch_error
 from rein_aharness.gateway.report_evidence import approach_report, result_file_env, with_report
 from rein_aharness.gateway.request import QueuedRequest
+from rein_aharness.gateway.secrets_step import attempt_secrets, with_secrets
 from rein_aharness.profiles import render_output_path
 from rein_aharness.repository import (
     ChangesTooLarge,
@@ -85,6 +86,7 @@ from rein_aharness.repository import (
 from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
 from rein_aharness.sandbox.result_file import Report
+from rein_aharness.sandbox.secrets import LoadedSecret, secret_environment
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -137,6 +139,7 @@ class LocalGlasGateway:
     async def execute(self, request: QueuedRequest) -> GatewayResult:
         started = self._clock()
         brief_path = self._brief_path(request)
+        secrets = attempt_secrets(request)
         try:
             session = worktree_session(
                 self._root,
@@ -146,7 +149,7 @@ class LocalGlasGateway:
                 self._source,
             )
             async with session as opened:
-                return await self._work(request, opened, brief_path, started)
+                return await self._work(request, opened, brief_path, started, secrets)
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
         except FetchFailed as exc:
@@ -195,9 +198,10 @@ class LocalGlasGateway:
         session: WorktreeSession,
         brief_path: str | None,
         started: float,
+        secrets: tuple[LoadedSecret, ...] = (),
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap)
+        sandbox = with_secrets(await sandbox_over(workspace, request.sandbox, self._bwrap), secrets)
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):
@@ -310,6 +314,7 @@ class LocalGlasGateway:
             **identity,
             **sandbox.git_env(),
             **result_file_env(sandbox),
+            **secret_environment(sandbox.mounts.secrets),
         }
         env = git_environment(base=approach_environment(spec, self._environ, {}), extra=run_vars)
         outcome = await run_command(spec, sandbox, env)

@@ -21,6 +21,7 @@ from pydantic import (
 
 from ops_contracts import harness_profile_ref_error
 from rein_aharness.profiles.report_fields import ReportField
+from rein_aharness.profiles.secret_specs import SecretSpec, unique_secrets
 from rein_aharness.profiles.templates import template_error
 
 __all__ = [
@@ -180,6 +181,20 @@ class CommandSpec(BaseModel):
     # The result-file fields the approach may report (sandbox/result_file.py); none by
     # default, so a profile that says nothing keeps its catalogue evidence.
     report: Annotated[list[ReportField], AfterValidator(_unique)] = Field(default_factory=list)
+    # Files the worker reads at attempt start and shows only inside the sandbox
+    # (sandbox/secrets.py).
+    secrets: Annotated[list[SecretSpec], Field(max_length=32), AfterValidator(unique_secrets)] = (
+        Field(default_factory=list)
+    )
+
+    @model_validator(mode="after")
+    def _secret_env_not_allowlisted(self) -> CommandSpec:
+        clash = {s.env for s in self.secrets} & set(self.env_allowlist)
+        if clash:
+            raise ValueError(
+                f"{', '.join(sorted(str(n) for n in clash))}: both allowlisted and a secret's env"
+            )
+        return self
 
 
 class BriefSpec(BaseModel):

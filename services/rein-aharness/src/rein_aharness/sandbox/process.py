@@ -46,6 +46,7 @@ from rein_aharness.sandbox.layout import (
 )
 from rein_aharness.sandbox.limits import SandboxLimitError, apply_rlimits, root_needs_cgroup
 from rein_aharness.sandbox.result_file import RESULT_FILE, RESULT_FILE_NAME, make_report_dir
+from rein_aharness.sandbox.secrets import secret_fds
 
 __all__ = ["Sandbox", "SandboxUnavailable", "sandbox_over", "sandboxed_process"]
 
@@ -181,19 +182,23 @@ async def _bwrap_process(
     process: Process | None = None
     try:
         cgroup = SandboxCgroups.create(choice.profile.limits, pids=root_needs_cgroup())
-        args = bwrap_arguments(
-            bwrap,
-            choice.profile,
-            mounts,
-            argv,
-            system=_system_paths(),
-            block_fd=block_read,
-            status_fd=status_write,
-        )
-        try:
-            process = await _open(args, env, pass_fds=(block_read, status_write))
-        except OSError as exc:
-            raise SandboxUnavailable(f"cannot start {bwrap}: {exc.strerror}") from None
+        # The secrets' memfds live only until bwrap has started (it copies them before
+        # it blocks on block_fd); the worker keeps no other copy on any disk.
+        with secret_fds(mounts.secrets) as fds:
+            args = bwrap_arguments(
+                bwrap,
+                choice.profile,
+                mounts,
+                argv,
+                system=_system_paths(),
+                block_fd=block_read,
+                status_fd=status_write,
+                secret_fds=fds,
+            )
+            try:
+                process = await _open(args, env, pass_fds=(block_read, status_write, *fds))
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot start {bwrap}: {exc.strerror}") from None
         os.close(block_read)
         os.close(status_write)
         block_read = status_write = -1
