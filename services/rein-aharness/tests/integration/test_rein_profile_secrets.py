@@ -52,7 +52,9 @@ async def _run(
     name: str,
     script: str,
     secrets: tuple[dict[str, str], ...],
+    failures: dict[str, float] | None = None,
 ) -> dict[str, object]:
+    """The run's row; `failures` gets the worker's execution failures by reason."""
     catalogue = write_catalogue(
         tmp_path / "profiles.yaml", command_profile(name, script, secrets=secrets)
     )
@@ -60,7 +62,14 @@ async def _run(
     run_id = await activity_core.seeded.run(
         harness_profile_ref=f"harness.{name}@1.0.0", repository_grant=GRANT
     )
-    await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    if failures is not None:
+        registry = runtime.metrics.registry
+        for reason in ("secret_unavailable", "gateway_refused"):
+            value = registry.get_sample_value(
+                "ops_worker_execution_failures_total", {"reason": reason}
+            )
+            failures[reason] = value or 0.0
     return dict(await activity_core.row(run_id))
 
 
@@ -193,9 +202,11 @@ async def test_an_unusable_secret_fails_the_attempt_before_the_approach_starts(
     secrets = ({"name": "API_KEY", "file": str(path)},)
     # would leave a commit (and a landing) had it run
     script = f"echo ran > briefs/r.md && {COMMIT}"
+    failures: dict[str, float] = {}
     with caplog.at_level(logging.INFO, logger="rein_aharness"):
-        row = await _run(activity_core, repos, tmp_path, "nokey", script, secrets)
-    assert row["state"] == "failed"
+        row = await _run(activity_core, repos, tmp_path, "nokey", script, secrets, failures)
+    assert failures == {"secret_unavailable": 1.0, "gateway_refused": 0.0}
+    assert row["state"] == "failed"  # conclusive: not reopened
     assert row["last_error"] == f"secret_unavailable: API_KEY: {problem}"
     assert "SECRETVALUE" not in json.dumps(row["result"])
     assert not any(r.getMessage() == "approach started" for r in caplog.records)

@@ -1,18 +1,20 @@
 """The attempt's secrets (sandbox/secrets.py): loaded before anything exists on disk.
 
-A secret that cannot be used fails the attempt conclusively (`GatewayRefused`, not
-reopened), before its worktree exists and so before the approach could start: the file
-is part of the deployment (every worker of a fleet mounts the same Secret), so another
-attempt would only repeat the failure and spend the run's attempts; an operator fixes
-the mount and requeues. The reason names the secret and the problem, never the value.
-Secrets need a bwrap sandbox: kind `none` has no private place to show them.
+A secret that cannot be used fails the attempt conclusively (`SecretUnavailable`, a
+`GatewayRefused`, not reopened; `secret_unavailable` in the worker's
+`ops_worker_execution_failures_total`), before its worktree exists and so before the
+approach could start. The file is part of the deployment (every worker of a fleet
+mounts the same Secret), so another attempt would only repeat the failure and spend
+the run's attempts; an operator fixes the mount and requeues. The reason names the
+secret and the problem, never the value. Secrets need a bwrap sandbox: kind `none`
+has no private place to show them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from rein_aharness.gateway.errors import GatewayRefused
+from rein_aharness.gateway.errors import SecretUnavailable as SecretRefused
 from rein_aharness.gateway.request import QueuedRequest
 from rein_aharness.sandbox import Sandbox
 from rein_aharness.sandbox.secrets import LoadedSecret, SecretUnavailable, load_secrets
@@ -25,14 +27,14 @@ def attempt_secrets(request: QueuedRequest) -> tuple[LoadedSecret, ...]:
     if spec is None or request.profile.brief is not None or not spec.secrets:
         return ()
     if not request.sandbox.confined:
-        raise GatewayRefused(
+        raise SecretRefused(
             "secret_unavailable: secrets need a bwrap sandbox "
             f"({request.sandbox.name} confines nothing)"
         )
     try:
         return load_secrets(spec.secrets)
     except SecretUnavailable as exc:
-        raise GatewayRefused(str(exc)) from None
+        raise SecretRefused(str(exc)) from None
 
 
 def with_secrets(sandbox: Sandbox, secrets: tuple[LoadedSecret, ...]) -> Sandbox:
