@@ -144,3 +144,24 @@ async def test_another_attempts_result_directory_is_not_visible(
     landed = git(repo, "show", f"{ref}:briefs/result.md")
     assert "result.json" not in landed
     assert landed.splitlines()[0] == "report"
+
+
+async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_attempt(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+) -> None:
+    repos.make()
+    script = (
+        "mkdir -p /rein/report/a/b && echo x > /rein/report/a/b/f && "
+        "chmod 000 /rein/report/a/b /rein/report/a && chmod 500 /rein/report; "
+        "echo x > briefs/x.md && git add briefs && git commit -qm result"
+    )
+    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("lock", script))
+    settings = worker_settings(tmp_path, repos, catalogue)
+    run_id = await activity_core.seeded.run(
+        harness_profile_ref="harness.lock@1.0.0", repository_grant=GRANT
+    )
+    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    [report] = runtime.worker.reports
+    assert report.close is not None and report.close.state == "delivered"
+    assert (await activity_core.row(run_id))["state"] == "succeeded"
+    assert list((tmp_path / "state" / "worktrees").iterdir()) == []
