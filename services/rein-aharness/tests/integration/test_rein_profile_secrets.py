@@ -14,6 +14,7 @@ import os
 import uuid
 from pathlib import Path
 
+import anyio
 import pytest
 from pydantic import ValidationError
 
@@ -90,6 +91,7 @@ async def test_a_secret_is_readable_inside_at_its_path_and_nowhere_else(
         {"name": "PLAIN", "file": str(secret_dir / "plain")},
     )
     script = (
+        "sleep 1; "  # long enough for the host-side scan of every process below
         'd="$REIN_SECRETS_DIR"; '
         'echo "file=$(tr -d "\\n" < "$d/PROVIDER_KEY" | sha256sum | cut -c1-64)" > briefs/r.md; '
         'echo "env=$(printf \'%s\' "$PROVIDER_API_KEY" | sha256sum | cut -c1-64)" '
@@ -104,8 +106,14 @@ async def test_a_secret_is_readable_inside_at_its_path_and_nowhere_else(
         '{ echo x > "$d/PLAIN"; } 2>/dev/null && echo OVERWROTE >> briefs/r.md; '
         f"{COMMIT}"
     )
+    scan = _ProcessScan(argv_values=(mapped, plain), environ_values=(plain,))
     with caplog.at_level(logging.DEBUG, logger="rein_aharness"):
-        row = await _run(activity_core, repos, tmp_path, "secrets", script, secrets)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(scan.run)
+            row = await _run(activity_core, repos, tmp_path, "secrets", script, secrets)
+            tasks.cancel_scope.cancel()
+    assert scan.bwrap_seen, "the scan never saw the sandbox's bwrap"
+    assert scan.found == []
 
     assert row["state"] == "succeeded", row["last_error"]
     [ref] = Repos.landings(repo)
@@ -126,6 +134,35 @@ async def test_a_secret_is_readable_inside_at_its_path_and_nowhere_else(
         for record in caplog.records:
             assert value not in json.dumps(record.__dict__, default=str)
     assert "PROVIDER_API_KEY" not in os.environ
+
+
+class _ProcessScan:
+    """Reads every process's argv and environment on the host while a run is going: no
+    secret in bwrap's argv; the unmapped secret in no process's environment."""
+
+    def __init__(self, *, argv_values: tuple[str, ...], environ_values: tuple[str, ...]):
+        self.argv_values = [v.encode() for v in argv_values]
+        self.environ_values = [v.encode() for v in environ_values]
+        self.found: list[str] = []
+        self.bwrap_seen = False
+
+    async def run(self) -> None:
+        while True:
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    cmdline = (proc / "cmdline").read_bytes()
+                    environ = (proc / "environ").read_bytes()
+                except OSError:
+                    continue
+                # bwrap's argv; the approach's own commands may put what they read in
+                # theirs (its probe's grep does), which is theirs to show
+                if cmdline.split(b"\0", 1)[0].endswith(b"bwrap"):
+                    self.bwrap_seen = True
+                    self.found += [f"argv of {proc.name}" for v in self.argv_values if v in cmdline]
+                self.found += [f"env of {proc.name}" for v in self.environ_values if v in environ]
+            await anyio.sleep(0.05)
 
 
 def test_bwrap_argv_carries_fd_numbers_never_a_secret() -> None:
