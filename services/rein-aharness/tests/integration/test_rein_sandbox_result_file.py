@@ -9,13 +9,16 @@ from pathlib import Path
 
 import anyio
 
+from ops_contracts import GatewayEvidence
 from rein_aharness.gateway.approaches.command import run_in_sandbox
+from rein_aharness.gateway.report_evidence import with_report
 from rein_aharness.profiles import BUILTIN_SANDBOXES, SandboxChoice
 from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.sandbox.result_file import (
     MAX_REPORT_DEPTH,
     RESULT_FILE,
+    Report,
     make_report_dir,
     read_report,
 )
@@ -165,3 +168,22 @@ async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_at
     assert report.close is not None and report.close.state == "delivered"
     assert (await activity_core.row(run_id))["state"] == "succeeded"
     assert list((tmp_path / "state" / "worktrees").iterdir()) == []
+
+
+def test_a_report_the_contract_would_refuse_is_refused_not_a_broken_close() -> None:
+    """with_report's last check: a value result_file.py let through but the contract
+    refuses (here a bool count, which the reader never yields) refuses the report."""
+    evidence = GatewayEvidence(
+        contract_version="1.0",
+        request_id="r",
+        profile_ref="harness.x@1.0.0",
+        rein_id="rein-aharness",
+        rein_version="0.1.0",
+        outcome="succeeded",
+    )
+    bad = Report(status="accepted", tool_events_count=True)
+    merged = with_report(evidence, bad)
+    assert (merged.result_report, merged.result_report_problem) == ("refused", "out_of_bounds")
+    assert merged.tool_events_count is None
+    good = with_report(evidence, Report(status="accepted", tool_events_count=3))
+    assert (good.result_report, good.tool_events_count) == ("accepted", 3)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import ValidationError
+
 from ops_contracts import GatewayEvidence
 from rein_aharness.gateway.request import QueuedRequest
 from rein_aharness.sandbox import Sandbox
@@ -67,4 +69,11 @@ def with_report(evidence: GatewayEvidence, report: Report | None) -> GatewayEvid
     if report.tool_events_completeness is not None:
         update["tool_events_completeness"] = report.tool_events_completeness
     # Validated again as a whole: the contract's model is the last word on its fields.
-    return GatewayEvidence.model_validate({**evidence.model_dump(), **update})
+    # result_file.py checked every value already; should the two ever disagree, the
+    # report is refused rather than the close broken.
+    try:
+        return GatewayEvidence.model_validate({**evidence.model_dump(), **update})
+    except ValidationError:
+        return evidence.model_copy(
+            update={"result_report": "refused", "result_report_problem": "out_of_bounds"}
+        )
