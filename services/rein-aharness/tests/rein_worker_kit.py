@@ -199,7 +199,13 @@ UNCONFINED = "profile.none-local"
 
 
 def command_profile(
-    name: str, script: str, *, timeout_s: float = 30, sandbox: str = "profile.bwrap-local"
+    name: str,
+    script: str,
+    *,
+    timeout_s: float = 30,
+    sandbox: str = "profile.bwrap-local",
+    report: tuple[str, ...] = (),
+    secrets: tuple[dict[str, str], ...] = (),
 ) -> str:
     """A catalogue entry running `sh -c script` (PATH allowlisted) in `sandbox`.
 
@@ -216,6 +222,8 @@ def command_profile(
                 f"    argv: {json.dumps(['sh', '-c', script])}",
                 f"    timeout_s: {timeout_s}",
                 "    env_allowlist: [PATH, HOME]",
+                *([f"    report: {json.dumps(list(report))}"] if report else []),
+                *([f"    secrets: {json.dumps(list(secrets))}"] if secrets else []),
                 f"  sandbox_profile: {sandbox}",
                 "  resolved_model: model.test",
                 "  rein: {id: rein-aharness, version: 0.1.0}",

@@ -22,6 +22,8 @@ __all__ = [
     "GatewayOutcome",
     "GatewayResult",
     "RepositoryTransaction",
+    "ResultReport",
+    "ResultReportProblem",
     "ToolEventsCompleteness",
     "gateway_result_payload",
 ]
@@ -30,6 +32,20 @@ GATEWAY_CONTRACT_VERSION: Literal["1.0"] = "1.0"
 
 GatewayOutcome = Literal["succeeded", "failed", "refused", "timed_out", "cancelled"]
 ToolEventsCompleteness = Literal["complete", "partial", "unavailable"]
+# What became of an approach's own report (its result file); ops_evidence.RESULT_REPORT*.
+ResultReport = Literal["accepted", "partial", "refused"]
+ResultReportProblem = Literal[
+    "not_a_regular_file",
+    "symlink",
+    "too_large",
+    "unreadable",
+    "not_json",
+    "not_finite",
+    "duplicate_key",
+    "too_deep",
+    "not_an_object",
+    "out_of_bounds",
+]
 
 _PRODUCER_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -65,13 +81,17 @@ class GatewayEvidence(BaseModel):
     sandbox_profile: str | None = None
     outcome: GatewayOutcome
     duration_s: float | None = Field(default=None, ge=0)
-    tokens_spent: int | None = Field(default=None, ge=0)
+    tokens_spent: int | None = Field(default=None, ge=0, le=2**53 - 1)
+    input_tokens: int | None = Field(default=None, ge=0, le=2**53 - 1)
+    output_tokens: int | None = Field(default=None, ge=0, le=2**53 - 1)
     tool_events_count: int | None = Field(default=None, ge=0)
     tool_events_completeness: ToolEventsCompleteness = "unavailable"
     head_after: str | None = None
     commit_refs: list[str] | None = None
     artifact_refs: list[str] | None = None
     refs: AttributionRefs | None = None
+    result_report: ResultReport | None = None
+    result_report_problem: ResultReportProblem | None = None
 
 
 class RepositoryTransaction(BaseModel):

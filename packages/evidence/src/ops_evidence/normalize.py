@@ -11,8 +11,9 @@ Size: no output can exceed MAX_ENCODED_BYTES. Per field, at most: an identifier 
 bytes (256 escaped `"` plus quotes), a path 4,098 (1,024 four-byte characters), a git
 id 66, a target repo 258, a number 23, and each of the six lists MAX_LIST_ENCODED_BYTES
 (8,192). Summed over every allowlisted field with its keys and separators that is
-63,706 bytes, under the 65,536 bound; `test_evidence_normalize.py` checks the sum and
-measures a maximal result. A new field must fit in the ~1.8 KiB left.
+63,802 bytes (the two `result_report*` choices included), under the 65,536 bound;
+`test_evidence_normalize.py` checks the sum and measures a maximal result. A new field
+must fit in the ~1.7 KiB left.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ __all__ = [
     "EXECUTION_REFS_KEYS",
     "REPOSITORY_TRANSACTION_KEYS",
     "RESULT_KEYS",
+    "RESULT_REPORT",
+    "RESULT_REPORT_PROBLEMS",
     "TOOL_EVENTS_COMPLETENESS",
     "compact_execution_evidence",
     "normalize_execution_evidence",
@@ -53,6 +56,23 @@ __all__ = [
 _Validator = Callable[[object], JsonValue]
 
 TOOL_EVENTS_COMPLETENESS = frozenset({"complete", "partial", "unavailable"})
+# What became of the report an approach wrote to its result file (rein-aharness,
+# docs/agent-runs.md): every reported field used, some dropped, or none (and why).
+RESULT_REPORT = frozenset({"accepted", "partial", "refused"})
+RESULT_REPORT_PROBLEMS = frozenset(
+    {
+        "not_a_regular_file",
+        "symlink",
+        "too_large",
+        "unreadable",
+        "not_json",
+        "not_finite",
+        "duplicate_key",
+        "too_deep",
+        "not_an_object",
+        "out_of_bounds",
+    }
+)
 ACCEPTANCE = frozenset({"accepted", "rejected"})
 
 
@@ -103,6 +123,9 @@ _EXECUTION_EVIDENCE_FIELDS: Mapping[str, _Validator] = MappingProxyType(
         "commit_refs": git_object_id_list,
         "artifact_refs": repo_path_list,
         "refs": _refs,
+        # The approach's own report (result file), how it was taken.
+        "result_report": _choice(RESULT_REPORT),
+        "result_report_problem": _choice(RESULT_REPORT_PROBLEMS),
     }
 )
 

@@ -115,6 +115,8 @@ def maximal_raw_result() -> dict[str, Any]:
     evidence.update(
         {
             "tool_events_completeness": "unavailable",
+            "result_report": "refused",
+            "result_report_problem": "not_a_regular_file",
             "duration_s": 2.2250738585072014e-308,
             "tokens_spent": MAX_INT,
             "input_tokens": MAX_INT,

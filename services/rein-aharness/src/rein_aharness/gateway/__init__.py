@@ -16,6 +16,7 @@ from rein_aharness.gateway.errors import (
     RepositoryTooLarge,
     RepositoryUnavailable,
     SandboxFailed,
+    SecretUnavailable,
     WorkRejected,
 )
 from rein_aharness.gateway.fetch_failures import fetch_error
@@ -40,6 +41,7 @@ __all__ = [
     "RepositoryTooLarge",
     "RepositoryUnavailable",
     "SandboxFailed",
+    "SecretUnavailable",
     "WithdrawLanding",
     "WorkRejected",
     "fetch_error",

@@ -3,6 +3,7 @@
 | error                | when                                                      | reopen |
 | -------------------- | --------------------------------------------------------- | ------ |
 | `GatewayRefused`     | refused before anything ran (profile/request/repository)  | no     |
+| `SecretUnavailable`  | a profile's secret file is unusable; nothing ran          | no     |
 | `WorkRejected`       | the work ran but lies outside the grant; it was discarded | no     |
 | `ApproachFailed`     | the approach failed (exit status, nothing to commit)      | no     |
 | `ApproachTimedOut`   | the approach ran out of its time budget                   | yes    |
@@ -48,6 +49,7 @@ __all__ = [
     "RepositoryTooLarge",
     "RepositoryUnavailable",
     "SandboxFailed",
+    "SecretUnavailable",
     "WorkRejected",
 ]
 
@@ -66,6 +68,10 @@ class GatewayError(Exception):
 
 class GatewayRefused(GatewayError):
     pass
+
+
+class SecretUnavailable(GatewayRefused):
+    """`secret_unavailable: NAME: <problem>`, never the value (gateway/secrets_step.py)."""
 
 
 class WorkRejected(GatewayError):

@@ -59,7 +59,9 @@ from rein_aharness.gateway.errors import (
 )
 from rein_aharness.gateway.evidence import gateway_evidence, gateway_result, repository_transaction
 from rein_aharness.gateway.fetch_failures import fetch_error
+from rein_aharness.gateway.report_evidence import approach_report, result_file_env, with_report
 from rein_aharness.gateway.request import QueuedRequest
+from rein_aharness.gateway.secrets_step import attempt_secrets, with_secrets
 from rein_aharness.profiles import render_output_path
 from rein_aharness.repository import (
     ChangesTooLarge,
@@ -83,6 +85,8 @@ from rein_aharness.repository import (
 )
 from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
+from rein_aharness.sandbox.result_file import Report
+from rein_aharness.sandbox.secrets import LoadedSecret, secret_environment
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -135,6 +139,7 @@ class LocalGlasGateway:
     async def execute(self, request: QueuedRequest) -> GatewayResult:
         started = self._clock()
         brief_path = self._brief_path(request)
+        secrets = attempt_secrets(request)
         try:
             session = worktree_session(
                 self._root,
@@ -144,7 +149,7 @@ class LocalGlasGateway:
                 self._source,
             )
             async with session as opened:
-                return await self._work(request, opened, brief_path, started)
+                return await self._work(request, opened, brief_path, started, secrets)
         except RepositoryNotFound as exc:
             raise GatewayRefused(str(exc)) from None
         except FetchFailed as exc:
@@ -193,9 +198,10 @@ class LocalGlasGateway:
         session: WorktreeSession,
         brief_path: str | None,
         started: float,
+        secrets: tuple[LoadedSecret, ...] = (),
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap)
+        sandbox = with_secrets(await sandbox_over(workspace, request.sandbox, self._bwrap), secrets)
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):
@@ -208,11 +214,16 @@ class LocalGlasGateway:
             if self._on_sandbox_failure is not None:
                 self._on_sandbox_failure(exc.reason)
             raise SandboxFailed(f"the sandbox could not be created: {exc.reason}") from None
+        # The approach and its sandbox are gone: the report is read whatever the outcome,
+        # and never changes how the work is judged.
+        report = approach_report(request, sandbox)
         inspection = await inspect_work(workspace, session.refs_before, session.metadata_before)
         elapsed = self._clock() - started
 
         def rejected(outcome: GatewayOutcome) -> GatewayResult:
-            return self._result(request, workspace, "rejected", outcome, elapsed, head=None)
+            return self._result(
+                request, workspace, "rejected", outcome, elapsed, head=None, report=report
+            )
 
         if failure is not None:
             timed_out = isinstance(failure, ApproachTimedOut)
@@ -238,6 +249,7 @@ class LocalGlasGateway:
             paths=inspection.paths,
             brief_path=brief_path,
             changes_digest=changes_digest,
+            report=report,
         )
 
     async def _hand_over(
@@ -301,6 +313,8 @@ class LocalGlasGateway:
             "REIN_PROFILE_REF": request.profile.ref,
             **identity,
             **sandbox.git_env(),
+            **result_file_env(sandbox),
+            **secret_environment(sandbox.mounts.secrets),
         }
         env = git_environment(base=approach_environment(spec, self._environ, {}), extra=run_vars)
         outcome = await run_command(spec, sandbox, env)
@@ -332,6 +346,7 @@ class LocalGlasGateway:
         paths: tuple[str, ...] = (),
         brief_path: str | None = None,
         changes_digest: str | None = None,
+        report: Report | None = None,
     ) -> GatewayResult:
         accepted = acceptance == "accepted"
         if brief_path is None and len(paths) == 1:
@@ -339,13 +354,16 @@ class LocalGlasGateway:
         return gateway_result(
             request,
             ok=accepted,
-            evidence=gateway_evidence(
-                request,
-                outcome=outcome,
-                duration_s=elapsed,
-                head_after=head,
-                commits=commits,
-                paths=paths,
+            evidence=with_report(
+                gateway_evidence(
+                    request,
+                    outcome=outcome,
+                    duration_s=elapsed,
+                    head_after=head,
+                    commits=commits,
+                    paths=paths,
+                ),
+                report,
             ),
             transaction=repository_transaction(
                 request,

@@ -20,6 +20,8 @@ from pydantic import (
 )
 
 from ops_contracts import harness_profile_ref_error
+from rein_aharness.profiles.report_fields import ReportField
+from rein_aharness.profiles.secret_specs import SecretSpec, unique_secrets
 from rein_aharness.profiles.templates import template_error
 
 __all__ = [
@@ -68,6 +70,12 @@ def _env_allowlist(names: list[str]) -> list[str]:
             f"{', '.join(reserved)}: ACTIVITY_CORE_*, REIN_AHARNESS_* and GIT_* variables "
             "are never passed to an approach"
         )
+    if len(set(names)) != len(names):
+        raise ValueError("names must be unique")
+    return names
+
+
+def _unique(names: list[str]) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError("names must be unique")
     return names
@@ -170,6 +178,23 @@ class CommandSpec(BaseModel):
     env_allowlist: Annotated[
         list[EnvName], Field(max_length=64), AfterValidator(_env_allowlist)
     ] = Field(default_factory=list)
+    # The result-file fields the approach may report (sandbox/result_file.py); none by
+    # default, so a profile that says nothing keeps its catalogue evidence.
+    report: Annotated[list[ReportField], AfterValidator(_unique)] = Field(default_factory=list)
+    # Files the worker reads at attempt start and shows only inside the sandbox
+    # (sandbox/secrets.py).
+    secrets: Annotated[list[SecretSpec], Field(max_length=32), AfterValidator(unique_secrets)] = (
+        Field(default_factory=list)
+    )
+
+    @model_validator(mode="after")
+    def _secret_env_not_allowlisted(self) -> CommandSpec:
+        clash = {s.env for s in self.secrets} & set(self.env_allowlist)
+        if clash:
+            raise ValueError(
+                f"{', '.join(sorted(str(n) for n in clash))}: both allowlisted and a secret's env"
+            )
+        return self
 
 
 class BriefSpec(BaseModel):

@@ -23,6 +23,9 @@ What the approach gets, in mount order (later mounts cover earlier ones):
 | `/objects`                 | the run's private object directory, read-write              |
 | `/workspace`               | the run's worktree, read-write; the working directory       |
 | `/workspace/.git`          | read-only, pointing at `/repository.git/worktrees/<name>`   |
+| `/rein/report`             | the attempt's result directory, read-write (result_file.py) |
+| `/rein/secrets`            | the profile's secrets on a private tmpfs, read-only         |
+|                            | (secrets.py; only when the profile names some)              |
 
 Nothing else of the host exists inside: no /home, no state directory, no outbox, no
 credentials, no other worktree. Every namespace is unshared (user, mount, PID, network,
@@ -42,6 +45,8 @@ from pathlib import Path
 from rein_aharness.profiles import SandboxProfile
 from rein_aharness.sandbox.gitview import COMMON_ENTRIES
 from rein_aharness.sandbox.layout import OBJECTS, REPOSITORY, WORKSPACE, SandboxMounts
+from rein_aharness.sandbox.result_file import result_mount_arguments
+from rein_aharness.sandbox.secrets import secret_mount_arguments
 
 __all__ = ["SystemPaths", "bwrap_arguments", "system_paths"]
 
@@ -109,6 +114,7 @@ def bwrap_arguments(
     system: SystemPaths,
     block_fd: int,
     status_fd: int,
+    secret_fds: Sequence[int] = (),
 ) -> list[str]:
     args = [
         os.fspath(bwrap),
@@ -159,6 +165,9 @@ def bwrap_arguments(
     args += ["--bind", os.fspath(mounts.worktree), str(WORKSPACE)]
     if git is not None:
         args += ["--ro-bind", os.fspath(git.dotgit_file), f"{WORKSPACE}/.git"]
+    if mounts.report_dir is not None:
+        args += result_mount_arguments(mounts.report_dir)
+    args += secret_mount_arguments(mounts.secrets, secret_fds)
     args += [
         "--chdir",
         str(WORKSPACE),

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from rein_aharness.sandbox.secrets import LoadedSecret
+
 __all__ = [
     "OBJECTS",
     "REPOSITORY",
@@ -46,6 +48,8 @@ class GitMounts:
 class SandboxMounts:
     worktree: Path  # read-write at /workspace
     git: GitMounts | None = None  # None: no repository (the start-up probe)
+    report_dir: Path | None = None  # read-write at /rein/report (result_file.py)
+    secrets: tuple[LoadedSecret, ...] = ()  # files on a tmpfs at /rein/secrets (secrets.py)
 
 
 def dotgit_text(admin_name: str) -> str:

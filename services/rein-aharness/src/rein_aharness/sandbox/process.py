@@ -45,6 +45,8 @@ from rein_aharness.sandbox.layout import (
     dotgit_text,
 )
 from rein_aharness.sandbox.limits import SandboxLimitError, apply_rlimits, root_needs_cgroup
+from rein_aharness.sandbox.result_file import RESULT_FILE, RESULT_FILE_NAME, make_report_dir
+from rein_aharness.sandbox.secrets import secret_fds
 
 __all__ = ["Sandbox", "SandboxUnavailable", "sandbox_over", "sandboxed_process"]
 
@@ -80,6 +82,14 @@ class Sandbox:
         """The git variables an approach needs in this sandbox (objects, alternates)."""
         return approach_git_environment(self.mounts, confined=self.choice.confined)
 
+    def result_file(self) -> str | None:
+        """REIN_RESULT_FILE for an approach in this sandbox (the host path when unconfined)."""
+        if self.mounts.report_dir is None:
+            return None
+        if self.choice.confined:
+            return str(RESULT_FILE)
+        return os.fspath(self.mounts.report_dir / RESULT_FILE_NAME)
+
     @property
     def evidence_name(self) -> str:
         return self.choice.evidence_name
@@ -99,12 +109,13 @@ async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path 
         dotgit_file=workspace.dotgit_file,
         config_file=config_file,
     )
+    report_dir = make_report_dir(workspace.scratch)
     growth = await WorktreeGrowth.measured(
-        (workspace.path, workspace.admin_dir, workspace.objects_dir),
+        (workspace.path, workspace.admin_dir, workspace.objects_dir, report_dir),
         choice.profile.limits.worktree_mb,
         choice.name,
     )
-    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git), growth)
+    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git, report_dir), growth)
 
 
 _system: SystemPaths | None = None
@@ -171,19 +182,23 @@ async def _bwrap_process(
     process: Process | None = None
     try:
         cgroup = SandboxCgroups.create(choice.profile.limits, pids=root_needs_cgroup())
-        args = bwrap_arguments(
-            bwrap,
-            choice.profile,
-            mounts,
-            argv,
-            system=_system_paths(),
-            block_fd=block_read,
-            status_fd=status_write,
-        )
-        try:
-            process = await _open(args, env, pass_fds=(block_read, status_write))
-        except OSError as exc:
-            raise SandboxUnavailable(f"cannot start {bwrap}: {exc.strerror}") from None
+        # The secrets' memfds live only until bwrap has started (it copies them before
+        # it blocks on block_fd); the worker keeps no other copy on any disk.
+        with secret_fds(mounts.secrets) as fds:
+            args = bwrap_arguments(
+                bwrap,
+                choice.profile,
+                mounts,
+                argv,
+                system=_system_paths(),
+                block_fd=block_read,
+                status_fd=status_write,
+                secret_fds=fds,
+            )
+            try:
+                process = await _open(args, env, pass_fds=(block_read, status_write, *fds))
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot start {bwrap}: {exc.strerror}") from None
         os.close(block_read)
         os.close(status_write)
         block_read = status_write = -1

@@ -111,6 +111,7 @@ RUN_OUTCOMES: Final = ("completed", "failed", "failed_reopen", "refused", "lease
 FailureReason = Literal[
     "refused_before_execution",
     "gateway_refused",
+    "secret_unavailable",
     "sandbox_failed",
     "work_rejected",
     "approach_failed",
@@ -127,6 +128,7 @@ FailureReason = Literal[
 FAILURE_REASONS: Final = (
     "refused_before_execution",
     "gateway_refused",
+    "secret_unavailable",
     "sandbox_failed",
     "work_rejected",
     "approach_failed",
