@@ -120,6 +120,7 @@ def create_app(
             signal=signal,
             coalesce_max=settings.coalesce_max,
             sightings=sightings,
+            changes_git_timeout_s=settings.changes_git_timeout_seconds,
         )
         app.state.queue = queue
         app.state.sightings = sightings
