@@ -185,6 +185,11 @@ class ActivityCoreSettings(BaseSettings):
     changes_git_timeout_seconds: float = Field(
         default=30.0, gt=0, le=600, alias="ACTIVITY_CORE_CHANGES_GIT_TIMEOUT_SECONDS"
     )
+    # The overall deadline of a change view's derivation (changes/view.py: about six git
+    # calls): past it GET /ops-runs/{id}/changes is 503 `unavailable` with Retry-After.
+    changes_view_deadline_seconds: float = Field(
+        default=30.0, gt=0, le=600, alias="ACTIVITY_CORE_CHANGES_VIEW_DEADLINE_SECONDS"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", alias="ACTIVITY_CORE_LOG_LEVEL"
     )

@@ -127,7 +127,9 @@ def create_app(
         app.state.audit = audit = AuditLog(pool)
         app.state.ui_sessions = UiSessions(pool)
         app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
-        app.state.changes_reader = ChangesReader(pool)
+        app.state.changes_reader = ChangesReader(
+            pool, deadline_s=settings.changes_view_deadline_seconds
+        )
         app.state.operator_views = OperatorViews(
             pool, max_attempts=settings.max_attempts, sightings=sightings
         )
