@@ -1,6 +1,7 @@
 """The deployment starts and does its job: every overlay rendered (as validate-deploy renders
 it), every container of it started as a local process with exactly the rendered
-environment, and one fire carried through to a landed branch.
+environment, and one fire carried through to a landed branch, then published by an
+operator through the rendered API to a branch on the test's git server.
 
 For each app overlay, with its release kustomization (prod-monitoring has none of its own:
 it is applied with prod's release):
@@ -19,6 +20,9 @@ it is applied with prod's release):
    `rein/<run>/1` in its mirror on the repositories volume, and closes it `succeeded`, its
    baseline the server's head. With `ACTIVITY_CORE_ISSUE_SINK=state-hub` (prod) the
    emission's progress event reaches the State Hub stand-in.
+4. An operator (the Secret's token) calls `POST /ops-runs/{id}/publish` on the rendered
+   API; the Temporal worker pushes `refs/heads/rein/<run>/1` to the git server with the
+   Secret's token and the run's publication becomes `published` at its head_after.
 
 How the rendered pods become local processes (local_pods.py says it in full): volumes are
 written under a scratch root per pod (Secrets with test values: the database URL of this
@@ -556,6 +560,33 @@ async def test_the_overlay_starts_and_carries_a_fire_to_a_landed_branch(
         assert fetched and {r.user for r in fetched} == {forge.username}
         sink = _configured(app, ("Deployment", "activity-core"))["ACTIVITY_CORE_ISSUE_SINK"]
         assert len(state_hub.events) == (1 if sink == "state-hub" else 0), state_hub.events
+
+        # 4. an operator publishes the run through the rendered API: the Temporal worker
+        # pushes its branch to the forge with the Secret's token, at the run's head_after
+        head_after = json.loads(row["result"])["head_after"]
+        ref = f"refs/heads/rein/{row['id']}/{row['attempt']}"
+        operator = {"Authorization": f"Bearer {operator_token}"}
+        base = f"http://127.0.0.1:{api.ports['http']}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            asked = await http.post(f"{base}/ops-runs/{row['id']}/publish", headers=operator)
+            assert asked.status_code == 202, asked.text
+            async with asyncio.timeout(RUN_SECONDS):
+                while True:
+                    shown = await http.get(f"{base}/ops-runs/{row['id']}", headers=operator)
+                    assert shown.status_code == 200, shown.text
+                    publication_shown = shown.json()["publication"]
+                    if publication_shown["state"] != "pending":
+                        break
+                    await asyncio.sleep(0.3)
+        assert publication_shown["state"] == "published", (
+            publication_shown,
+            pods.tail(publisher),
+        )
+        assert publication_shown["commit"] == head_after == landed
+        assert forge.refs(TARGET)[ref] == head_after
+        pushes = [r for r in forge.requests_to(TARGET) if r.path.endswith("/git-receive-pack")]
+        assert pushes and {r.user for r in pushes} == {forge.username}
+        assert forge.token not in pods.tail(publisher)
 
 
 def _fresh(directory: Path) -> Path:

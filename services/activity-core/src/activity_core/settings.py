@@ -179,6 +179,17 @@ class ActivityCoreSettings(BaseSettings):
     changes_retention_days: int = Field(
         default=90, ge=1, le=36_500, alias="ACTIVITY_CORE_CHANGES_RETENTION_DAYS"
     )
+    # The bound of each git call that checks an uploaded bundle (changes/verify.py). Past
+    # it the upload is 503 `unavailable` (our node was too slow), not a refusal of the
+    # bundle; the worker retries.
+    changes_git_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=600, alias="ACTIVITY_CORE_CHANGES_GIT_TIMEOUT_SECONDS"
+    )
+    # The overall deadline of a change view's derivation (changes/view.py: about six git
+    # calls): past it GET /ops-runs/{id}/changes is 503 `unavailable` with Retry-After.
+    changes_view_deadline_seconds: float = Field(
+        default=30.0, gt=0, le=600, alias="ACTIVITY_CORE_CHANGES_VIEW_DEADLINE_SECONDS"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", alias="ACTIVITY_CORE_LOG_LEVEL"
     )

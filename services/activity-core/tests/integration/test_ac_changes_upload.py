@@ -572,3 +572,22 @@ async def test_the_table_refuses_rows_that_break_its_checks(
         with pytest.raises(asyncpg.CheckViolationError):
             await db.execute(insert, run_id, *values)
     await db.execute(insert, run_id, *good)
+
+
+async def test_a_git_timeout_while_checking_is_503_unavailable_and_stores_nothing(
+    app_factory: Any, seeded: SeededQueue, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """Our git running out of time says nothing about the bundle: a retryable 503, never
+    the conclusive changes_invalid (the worker would quarantine a valid bundle)."""
+    slow: AppClient = await app_factory(ACTIVITY_CORE_CHANGES_GIT_TIMEOUT_SECONDS=0.000001)
+    run_id = await granted_claim(slow, seeded)
+    changes = make_changes(tmp_path, run_id, commits=[{"briefs/a.md": "one\n"}])
+    response = await slow.upload_changes(run_id, changes.bundle)
+    assert_refused(response, 503, "unavailable")
+    assert response.headers["Retry-After"] == "5"
+    assert "retry" in response.json()["detail"]
+    assert await stored_rows(db, run_id) == []
+    # the same bytes on a node with time to check them are taken
+    fast: AppClient = await app_factory()
+    stored = await fast.upload_changes(run_id, changes.bundle)
+    assert stored.status_code == 201, stored.text

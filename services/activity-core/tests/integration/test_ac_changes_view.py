@@ -315,3 +315,24 @@ async def test_a_sha256_repositorys_changes_are_read_the_same_way(
     patch = await app.http.get(f"/ops-runs/{changed.run_id}/changes.patch", headers=OPERATOR)
     assert patch.status_code == 200
     assert patch.content.startswith(b"From " + changed.commits[0].encode())
+
+
+async def test_a_derivation_past_its_overall_deadline_is_503_unavailable(
+    db_dsn: str, app: AppClient, changed_runs: ChangedRuns
+) -> None:
+    """One deadline over the whole derivation (not per git call): past it the node is too
+    slow, which says nothing about the bundle: 503 with Retry-After, and nothing cached
+    (the next read on a node with time answers the view)."""
+    changed = await changed_runs.changed([({"a.md": "a\n"}, "a")])
+    async with running_app(db_dsn, ACTIVITY_CORE_CHANGES_VIEW_DEADLINE_SECONDS="0.000001") as slow:
+        for suffix in ("changes", "changes.patch"):
+            response = await slow.http.get(f"/ops-runs/{changed.run_id}/{suffix}", headers=OPERATOR)
+            assert response.status_code == 503, response.text
+            assert response.json()["code"] == "unavailable"
+            assert response.headers["Retry-After"] == "5"
+            assert "retry" in response.json()["detail"]
+        bundle = await slow.http.get(f"/ops-runs/{changed.run_id}/changes.bundle", headers=OPERATOR)
+        assert (bundle.status_code, bundle.content) == (200, changed.bundle)
+    shown = await app.http.get(f"/ops-runs/{changed.run_id}/changes", headers=OPERATOR)
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["head_after"] == changed.head_after

@@ -16,7 +16,12 @@ again and never trusts the stored bundle):
   UTF-8 is never allowed).
 
 Anything git cannot do with the objects (a missing tree or blob, a corrupt pack) is
-ChangesInvalid too: the bundle is not self-contained as the contract says.
+ChangesInvalid too: the bundle is not self-contained as the contract says. A git call
+that runs out of time is not the bundle's fault but our node's (an overloaded machine,
+a slow disk): ChangesCheckUnavailable, which the upload answers 503 `unavailable` (the
+worker retries), never a conclusive refusal. The time bound is the caller's `timeout_s`
+(ACTIVITY_CORE_CHANGES_GIT_TIMEOUT_SECONDS for an upload). Output over its bound stays
+ChangesInvalid: the same bytes always produce it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from activity_core.changes.scratch_git import (
 from ops_contracts import RepositoryGrantV1, changes_ref_name, path_allowed
 
 __all__ = [
+    "ChangesCheckUnavailable",
     "ChangesInvalid",
     "VerifiedChanges",
     "VerifiedHistory",
@@ -48,7 +54,7 @@ __all__ = [
 _COMMIT_BYTES = 1 << 20
 # -z name lists of one commit's changes: 1 MiB is thousands of paths, past any grant.
 _PATHS_BYTES = 1 << 20
-_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,17 @@ def bundle_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+class ChangesCheckUnavailable(Exception):
+    """Transient: our git could not finish the check in time; the bundle may be valid."""
+
+
 async def verify_bundle(
-    data: bytes, *, run_id: str, attempt: int, grant: RepositoryGrantV1
+    data: bytes,
+    *,
+    run_id: str,
+    attempt: int,
+    grant: RepositoryGrantV1,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> VerifiedChanges:
     header = parse_bundle_header(data)
     expected_ref = changes_ref_name(run_id, attempt)
@@ -82,12 +97,12 @@ async def verify_bundle(
         )
     async with ScratchGit(object_format=header.object_format) as git:
         try:
-            await git.index_pack(data[header.pack_offset :], timeout_s=_TIMEOUT_S)
+            await git.index_pack(data[header.pack_offset :], timeout_s=timeout_s)
         except GitFailed as exc:
             raise ChangesInvalid(f"the bundle's pack is not valid: {_first_line(exc)}") from exc
         except GitTimeout as exc:
-            raise ChangesInvalid("indexing the bundle's pack took too long") from exc
-        history = await verify_history(git, header.baseline, header.tip, grant)
+            raise ChangesCheckUnavailable("indexing the bundle's pack took too long") from exc
+        history = await verify_history(git, header.baseline, header.tip, grant, timeout_s=timeout_s)
     return VerifiedChanges(
         digest=bundle_digest(data),
         size=len(data),
@@ -99,11 +114,16 @@ async def verify_bundle(
 
 
 async def verify_history(
-    git: GitRunner, baseline: str, tip: str, grant: RepositoryGrantV1
+    git: GitRunner,
+    baseline: str,
+    tip: str,
+    grant: RepositoryGrantV1,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> VerifiedHistory:
     """The history check of the module docstring, in the repository `git` runs in."""
     bounds = grant.commit_count
-    if await _object_type(git, baseline) != "commit":
+    if await _object_type(git, baseline, timeout_s) != "commit":
         raise ChangesInvalid("the baseline is not a commit the bundle holds")
     chain: list[tuple[str, str]] = []  # (commit, its parent), newest first
     current = tip
@@ -113,7 +133,7 @@ async def verify_history(
                 f"the tip is more than the grant's {bounds.max} commits from the baseline "
                 "(or does not descend from it)"
             )
-        parents = await _parents(git, current)
+        parents = await _parents(git, current, timeout_s)
         if not parents:
             raise ChangesInvalid("the history does not descend from the baseline")
         if len(parents) > 1:
@@ -127,7 +147,7 @@ async def verify_history(
     chain.reverse()
     paths: set[str] = set()
     for commit, parent in chain:
-        for path in await _touched_paths(git, parent, commit):
+        for path in await _touched_paths(git, parent, commit, timeout_s):
             if not path_allowed(grant, path):
                 shown = path.encode("utf-8", "backslashreplace").decode("ascii", "replace")
                 raise ChangesInvalid(
@@ -137,26 +157,30 @@ async def verify_history(
     return VerifiedHistory(commits=tuple(c for c, _ in chain), paths=tuple(sorted(paths)))
 
 
-async def _object_type(git: GitRunner, oid: str) -> str | None:
+async def _object_type(git: GitRunner, oid: str, timeout_s: float) -> str | None:
     try:
-        out = await git.run("cat-file", "-t", oid, max_output_bytes=64, timeout_s=_TIMEOUT_S)
+        out = await git.run("cat-file", "-t", oid, max_output_bytes=64, timeout_s=timeout_s)
     except GitFailed:
         return None
-    except (GitTimeout, GitOutputTooLarge) as exc:
+    except GitTimeout as exc:
+        raise ChangesCheckUnavailable(f"git could not read object {oid} in time") from exc
+    except GitOutputTooLarge as exc:
         raise ChangesInvalid(f"git could not read object {oid}") from exc
     return out.decode("ascii", "replace").strip()
 
 
-async def _parents(git: GitRunner, commit: str) -> list[str]:
+async def _parents(git: GitRunner, commit: str, timeout_s: float) -> list[str]:
     try:
         raw = await git.run(
-            "cat-file", "commit", commit, max_output_bytes=_COMMIT_BYTES, timeout_s=_TIMEOUT_S
+            "cat-file", "commit", commit, max_output_bytes=_COMMIT_BYTES, timeout_s=timeout_s
         )
     except GitFailed as exc:
         raise ChangesInvalid(
             f"commit {commit} is not in the bundle (the history does not reach the baseline)"
         ) from exc
-    except (GitTimeout, GitOutputTooLarge) as exc:
+    except GitTimeout as exc:
+        raise ChangesCheckUnavailable(f"commit {commit} could not be read in time") from exc
+    except GitOutputTooLarge as exc:
         raise ChangesInvalid(f"commit {commit} could not be read within bounds") from exc
     head, _, _ = raw.partition(b"\n\n")
     return [
@@ -166,7 +190,7 @@ async def _parents(git: GitRunner, commit: str) -> list[str]:
     ]
 
 
-async def _touched_paths(git: GitRunner, parent: str, commit: str) -> list[str]:
+async def _touched_paths(git: GitRunner, parent: str, commit: str, timeout_s: float) -> list[str]:
     try:
         raw = await git.run(
             "diff-tree",
@@ -178,13 +202,15 @@ async def _touched_paths(git: GitRunner, parent: str, commit: str) -> list[str]:
             parent,
             commit,
             max_output_bytes=_PATHS_BYTES,
-            timeout_s=_TIMEOUT_S,
+            timeout_s=timeout_s,
         )
     except GitFailed as exc:
         raise ChangesInvalid(
             f"the bundle lacks objects to diff commit {commit}: {_first_line(exc)}"
         ) from exc
-    except (GitTimeout, GitOutputTooLarge) as exc:
+    except GitTimeout as exc:
+        raise ChangesCheckUnavailable(f"commit {commit} could not be diffed in time") from exc
+    except GitOutputTooLarge as exc:
         raise ChangesInvalid(f"commit {commit} changes more than can be checked") from exc
     return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
 

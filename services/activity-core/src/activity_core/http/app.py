@@ -120,13 +120,16 @@ def create_app(
             signal=signal,
             coalesce_max=settings.coalesce_max,
             sightings=sightings,
+            changes_git_timeout_s=settings.changes_git_timeout_seconds,
         )
         app.state.queue = queue
         app.state.sightings = sightings
         app.state.audit = audit = AuditLog(pool)
         app.state.ui_sessions = UiSessions(pool)
         app.state.run_actions = RunActions(pool, queue=queue, audit=audit)
-        app.state.changes_reader = ChangesReader(pool)
+        app.state.changes_reader = ChangesReader(
+            pool, deadline_s=settings.changes_view_deadline_seconds
+        )
         app.state.operator_views = OperatorViews(
             pool, max_attempts=settings.max_attempts, sightings=sightings
         )

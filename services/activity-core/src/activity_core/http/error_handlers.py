@@ -76,7 +76,11 @@ def refusal_response(app: Any, exc: QueueRefusal) -> Response:
     errors = None
     if exc.code is RefusalCode.invalid_request:
         errors = [{"loc": list(exc.loc), "msg": exc.detail, "type": "value_error"}]
-    return error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
+    response = error_response(REFUSAL_HTTP_STATUS[exc.code], exc.code.value, exc.detail, errors)
+    if exc.code is RefusalCode.unavailable:
+        # our own resources (a changes check or view out of time): retry, as for the database
+        response.headers["Retry-After"] = "5"
+    return response
 
 
 def _with_request_id(request: Request, response: Response) -> Response:

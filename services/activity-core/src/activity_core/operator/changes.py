@@ -12,8 +12,15 @@ queues here instead of starving the API). The view of a digest is kept in a smal
 a bundle never changes once stored, so neither does its view.
 
 A stored bundle git cannot read (it was checked when it was stored, so this means the
-row was damaged, or git's bounds were met) is 422 `changes_invalid` with what git said,
-never a 500: the bundle itself can still be downloaded.
+row was damaged, or git's output bounds were met) is 422 `changes_invalid` with what git
+said, never a 500: the bundle itself can still be downloaded.
+
+Time is another matter: a git call past its bound, or a derivation (the scratch
+repository, its pack and about six git calls) past the reader's one overall deadline
+(ACTIVITY_CORE_CHANGES_VIEW_DEADLINE_SECONDS, default 30 s; the wait for the gate
+counts too), says the node is slow, not the bundle bad: 503 `unavailable` with
+Retry-After, nothing cached. Cancellation at the deadline kills the running git's
+process group (scratch_git.run_git's `finally`) and removes the scratch directory.
 """
 
 from __future__ import annotations
@@ -169,10 +176,20 @@ async def _prefix(stream: asyncio.StreamReader | None, limit: int) -> tuple[byte
     return bytes(kept), False
 
 
+DEFAULT_DEADLINE_S = 30.0
+
+
 class ChangesReader:
-    def __init__(self, pool: asyncpg.Pool, *, bounds: Bounds | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        bounds: Bounds | None = None,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+    ) -> None:
         self._pool = pool
         self._bounds = bounds or Bounds()
+        self._deadline_s = deadline_s
         self._gate = asyncio.Semaphore(MAX_CONCURRENT_DERIVATIONS)
         self._views: OrderedDict[str, Derived] = OrderedDict()
 
@@ -278,10 +295,19 @@ class ChangesReader:
             header = parse_bundle_header(stored.bundle)
         except ChangesInvalid as exc:
             raise _unreadable(exc.reason) from exc
-        async with self._gate:
-            try:
-                async with ScratchGit(object_format=header.object_format) as scratch:
-                    await scratch.index_pack(stored.bundle[header.pack_offset :])
-                    return await work(scratch, stored)
-            except (GitFailed, GitTimeout, GitOutputTooLarge, ChangesUnreadable) as exc:
-                raise _unreadable(str(exc)) from exc
+        try:
+            async with (
+                asyncio.timeout(self._deadline_s),
+                self._gate,
+                ScratchGit(object_format=header.object_format) as scratch,
+            ):
+                await scratch.index_pack(stored.bundle[header.pack_offset :])
+                return await work(scratch, stored)
+        except (TimeoutError, GitTimeout) as exc:
+            raise QueueRefusal(
+                RefusalCode.unavailable,
+                f"the changes could not be derived within {self._deadline_s:g} s on this "
+                "node; retry",
+            ) from exc
+        except (GitFailed, GitOutputTooLarge, ChangesUnreadable) as exc:
+            raise _unreadable(str(exc)) from exc

@@ -12,6 +12,7 @@ __all__ = [
     "GET_BUNDLE",
     "GET_PUBLICATION",
     "LOCK_PUBLICATION",
+    "MARK_WORKFLOW_ENDED",
     "PUBLICATION_COLUMNS",
     "PUBLISH_FACTS",
     "PUBLISH_SOURCE",
@@ -101,4 +102,15 @@ RECORD_PULL_REQUEST = """
 UPDATE ops_run_publications
 SET pull_request_url = $3, error = $4, updated_at = now()
 WHERE run_id = $1 AND workflow_id = $2 AND state = 'published'
+"""
+
+# A pending row whose workflow closed in Temporal without recording a result (terminated,
+# timed out, failed before its last word): failed with the reason, so it can be asked for
+# again (temporal/publication_start.py). Only this workflow's pending row. $1 run_id,
+# $2 workflow_id, $3 error
+MARK_WORKFLOW_ENDED = f"""
+UPDATE ops_run_publications
+SET state = 'failed', error = $3, updated_at = now()
+WHERE run_id = $1 AND workflow_id = $2 AND state = 'pending'
+RETURNING {PUBLICATION_COLUMNS}
 """

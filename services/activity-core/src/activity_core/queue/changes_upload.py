@@ -10,7 +10,10 @@ In order, and why:
    decide_upload refuses what a complete would refuse, answers a repeat of the stored
    digest without running git, and refuses another digest (changes_conflict);
 3. the bundle is verified against the run's queued grant (changes/verify.py), outside
-   any transaction: git takes up to seconds and no row lock is held that long;
+   any transaction: git takes up to seconds and no row lock is held that long. A git
+   call that runs out of time (ACTIVITY_CORE_CHANGES_GIT_TIMEOUT_SECONDS) or a scratch
+   directory the node cannot make is our failure, not the bundle's: 503 `unavailable`
+   (the worker retries it), nothing stored, never the conclusive `changes_invalid`;
 4. stored in a second transaction, again under the run's lock, fenced again (the lease
    may have ended, or another upload may have stored the attempt's row, while git ran),
    with INSERT ... ON CONFLICT DO NOTHING: a row exists only for an attempt that held
@@ -31,7 +34,13 @@ from asyncpg.pool import PoolConnectionProxy
 
 from activity_core.changes import queries as changes_queries
 from activity_core.changes.bundle_format import ChangesInvalid
-from activity_core.changes.verify import VerifiedChanges, bundle_digest, verify_bundle
+from activity_core.changes.verify import (
+    DEFAULT_TIMEOUT_S,
+    ChangesCheckUnavailable,
+    VerifiedChanges,
+    bundle_digest,
+    verify_bundle,
+)
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
 from activity_core.queue.changes_decision import AlreadyStored, StoreChanges, decide_upload
@@ -61,9 +70,12 @@ def stored_changes_answer(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any
 
 
 class ChangesUploads:
-    def __init__(self, pool: asyncpg.Pool, *, metrics: QueueMetrics) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, metrics: QueueMetrics, git_timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self._pool = pool
         self._metrics = metrics
+        self._git_timeout_s = git_timeout_s
 
     async def upload(
         self,
@@ -161,10 +173,26 @@ class ChangesUploads:
                 worker_id,
             ) from None
         try:
-            return await verify_bundle(bundle, run_id=str(run_id), attempt=attempt, grant=grant)
+            return await verify_bundle(
+                bundle,
+                run_id=str(run_id),
+                attempt=attempt,
+                grant=grant,
+                timeout_s=self._git_timeout_s,
+            )
         except ChangesInvalid as exc:
             raise self._refused(
                 Refuse(RefusalCode.changes_invalid, exc.reason), run_id, worker_id
+            ) from exc
+        except (ChangesCheckUnavailable, OSError) as exc:
+            log.warning(
+                "changes check unavailable: %s",
+                exc if isinstance(exc, ChangesCheckUnavailable) else type(exc).__name__,
+                extra={"run_id": str(run_id), "worker_id": worker_id},
+            )
+            raise QueueRefusal(
+                RefusalCode.unavailable,
+                "the changes could not be checked on this node in time; retry",
             ) from exc
 
     def _refused(self, refused: Refuse, run_id: uuid.UUID, worker_id: str) -> QueueRefusal:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from activity_core.changes.verify import DEFAULT_TIMEOUT_S
 from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
@@ -89,6 +90,7 @@ class QueueService:
         signal: OpenRunSignal | None = None,
         coalesce_max: int = 32,
         sightings: ClaimSightings | None = None,
+        changes_git_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._pool = pool
         self._max_attempts = max_attempts
@@ -105,7 +107,7 @@ class QueueService:
         self._closes = Closes(
             pool, max_attempts=max_attempts, metrics=metrics, coalesce_max=coalesce_max
         )
-        self._changes = ChangesUploads(pool, metrics=metrics)
+        self._changes = ChangesUploads(pool, metrics=metrics, git_timeout_s=changes_git_timeout_s)
 
     async def _run(
         self, unit: Unit, work: Callable[[PoolConnectionProxy[asyncpg.Record]], Awaitable[T]]

@@ -13,6 +13,18 @@ serialized): the run must be succeeded with its current attempt's changes stored
   answered 503 "retry" (the workflow writes its row itself, an upsert, so the run still
   shows its publication).
 
+A `pending` row whose workflow is closed in Temporal without having recorded a result
+(terminated by an operator of Temporal, timed out, failed before its last word) would
+stay pending for ever. It is reconciled here, on the next POST publish, under the same
+locks: the workflow is described; closed and not completed, the row becomes `failed`
+with `workflow_terminated` (or `workflow_timed_out`, `workflow_failed`,
+`workflow_cancelled`, `workflow_missing` once Temporal no longer knows it), the audit
+entry says so (`reconciled`), and the request goes on as after a failure. Here rather
+than on reads or in a sweep: a read (GET run, the change view, the UI) must not depend
+on Temporal being reachable, and a sweep would describe every pending workflow on a
+timer; the publish request is the one act that needs the answer, and it already talks
+to Temporal.
+
 The workflow id is one per run (`publish-changes:<run>`), started with
 ALLOW_DUPLICATE_FAILED_ONLY: Temporal refuses a second start while one runs (a request
 can never start two pushes at once, whatever the database says) and after one that
@@ -29,9 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activity_core.db.unavailable import pooled
 from activity_core.publication import queries
@@ -90,6 +103,19 @@ async def request_publication(
                 )
             earlier = await conn.fetchrow(queries.LOCK_PUBLICATION, run_id)
             workflow_id = publication_workflow_id(str(run_id))
+            reconciled: str | None = None
+            if earlier is not None and earlier["state"] == "pending":
+                reconciled = await _ended_without_result(temporal, workflow_id)
+                if reconciled is not None:
+                    earlier = await conn.fetchrow(
+                        queries.MARK_WORKFLOW_ENDED, run_id, workflow_id, reconciled
+                    )
+                    log.warning(
+                        "publication of run %s was pending on a closed workflow: %s",
+                        run_id,
+                        reconciled,
+                        extra={"run_id": str(run_id), "workflow_id": workflow_id},
+                    )
             if earlier is not None and earlier["state"] in ("published", "pending"):
                 await audit.write(
                     conn, {"state": earlier["state"], "workflow_id": workflow_id}, repeated=True
@@ -105,6 +131,8 @@ async def request_publication(
             details: dict[str, Any] = {"workflow_id": workflow_id, "ref": ref}
             if earlier is not None:
                 details["after_failure"] = True
+            if reconciled is not None:
+                details["reconciled"] = reconciled
             await audit.write(conn, details)
             params = PublishChangesInput(
                 run_id=str(run_id),
@@ -127,6 +155,33 @@ async def request_publication(
         )
     assert started is not None
     return started
+
+
+_ENDED = {
+    WorkflowExecutionStatus.TERMINATED: "workflow_terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "workflow_timed_out",
+    WorkflowExecutionStatus.FAILED: "workflow_failed",
+    WorkflowExecutionStatus.CANCELED: "workflow_cancelled",
+}
+
+
+async def _ended_without_result(temporal: TemporalClientProvider, workflow_id: str) -> str | None:
+    """Why a pending publication's workflow can no longer record a result, or None while
+    it runs (or completed: it recorded `published` itself)."""
+    client = await temporal.get()
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return "workflow_missing"
+        raise TemporalUnavailable(
+            f"Temporal at {temporal.address} refused the lookup: {exc.status.name}"
+        ) from exc
+    except RuntimeError as exc:
+        if is_unreachable(exc):
+            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
+        raise
+    return _ENDED.get(described.status) if described.status is not None else None
 
 
 async def _start(

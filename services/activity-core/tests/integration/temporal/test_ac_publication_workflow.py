@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -39,6 +40,7 @@ from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, named_operators, post_f
 from activity_core.db.pool import create_pool
 from activity_core.operator.cli import main
 from activity_core.publication.activities import PublicationActivities
+from activity_core.publication.payloads import publication_workflow_id
 from activity_core.publication.remote_git import changes_ref
 from activity_core.settings import load_settings
 from activity_core.temporal.dev_server import DevServer
@@ -370,3 +372,33 @@ async def test_a_refused_pull_request_leaves_the_branch_published_with_the_reaso
     assert "token lacks write:repository" in row["error"]
     assert "forgejo-secret-token" not in row["error"]
     assert publishing.server.refs(TARGET_REPO)[changes_ref(str(run_id), 1)] == history.tip
+
+
+async def test_a_pending_publication_whose_workflow_was_terminated_is_failed_and_publishes_again(
+    publishing: Publishing, temporal_client: Client
+) -> None:
+    history = publishing.history()
+    run_id = await seed_published_candidate(publishing.seeded, history)
+    publishing.server.stall_fetch = 60.0  # the push waits: the publication stays pending
+    first = await publishing.publish(run_id)
+    assert first.status_code == 202, first.text
+    handle = temporal_client.get_workflow_handle(publication_workflow_id(str(run_id)))
+    await handle.terminate(reason="an operator of Temporal ended it")
+    publishing.server.stall_fetch = None
+    row = await publishing.db.fetchrow(
+        "SELECT * FROM ops_run_publications WHERE run_id = $1", run_id
+    )
+    assert (
+        row is not None and row["state"] == "pending"
+    )  # nothing recorded a result: this is what is reconciled
+    again = await publishing.publish(run_id)
+    assert again.status_code == 202, again.text
+    entries = await publishing.audit(run_id)
+    raw = entries[-1]["details"]
+    details = json.loads(raw) if isinstance(raw, str) else raw
+    assert details["reconciled"] == "workflow_terminated"
+    assert details["after_failure"] is True
+    row = await publishing.settled(run_id)
+    assert row["state"] == "published", row["error"]
+    assert publishing.server.refs(TARGET_REPO)[changes_ref(str(run_id), 1)] == history.tip
+    assert receive_pack_posts(publishing.server) == 1
