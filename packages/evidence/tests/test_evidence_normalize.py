@@ -29,7 +29,7 @@ from ops_evidence import (
     sanitize_error,
 )
 from ops_evidence.fields import bounded_list, git_object_id, repo_path
-from ops_testsupport.factories import gateway_result, glas_evidence
+from ops_testsupport.factories import EVIDENCE_IDENTIFIER_FIELDS, gateway_result, glas_evidence
 
 GLAS_EVIDENCE: dict[str, Any] = glas_evidence()
 
@@ -360,19 +360,7 @@ REFS_KINDS = {
     "initiative_refs": "list",
 }
 EVIDENCE_KINDS = {
-    **dict.fromkeys(
-        (
-            "request_id",
-            "contract_version",
-            "profile_ref",
-            "rein_id",
-            "rein_version",
-            "resolved_model",
-            "sandbox_profile",
-            "outcome",
-        ),
-        "identifier",
-    ),
+    **dict.fromkeys(EVIDENCE_IDENTIFIER_FIELDS, "identifier"),
     "tool_events_completeness": "choice",
     **dict.fromkeys(
         ("duration_s", "tokens_spent", "input_tokens", "output_tokens", "tool_events_count"),

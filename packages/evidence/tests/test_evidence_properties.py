@@ -46,6 +46,7 @@ from ops_evidence import (
     sanitize_error,
     target_repo,
 )
+from ops_testsupport.factories import EVIDENCE_IDENTIFIER_FIELDS
 
 BOUNDED = settings(max_examples=200, deadline=None)
 
@@ -163,19 +164,7 @@ VALID_REFS: dict[str, st.SearchStrategy[Any]] = {
     "initiative_refs": valid_list(valid_identifier),
 }
 VALID_EVIDENCE_SCALARS: dict[str, st.SearchStrategy[Any]] = {
-    **dict.fromkeys(
-        (
-            "request_id",
-            "contract_version",
-            "profile_ref",
-            "rein_id",
-            "rein_version",
-            "resolved_model",
-            "sandbox_profile",
-            "outcome",
-        ),
-        valid_identifier,
-    ),
+    **dict.fromkeys(EVIDENCE_IDENTIFIER_FIELDS, valid_identifier),
     "tool_events_completeness": st.sampled_from(sorted(TOOL_EVENTS_COMPLETENESS)),
     "result_report": st.sampled_from(sorted(RESULT_REPORT)),
     "result_report_problem": st.sampled_from(sorted(RESULT_REPORT_PROBLEMS)),

@@ -217,3 +217,16 @@ class SeededQueue:
         await self.conn.execute(
             "UPDATE ops_runs SET lease_until = now() - interval '1 second' WHERE id = $1", run_id
         )
+
+
+async def run_rows(db: asyncpg.Connection) -> dict[uuid.UUID, dict[str, Any]]:
+    """Every ops run, whole, by id: what a refusal must leave as it was."""
+    return {r["id"]: dict(r) for r in await db.fetch("SELECT * FROM ops_runs")}
+
+
+def refusal_of(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The refusal's body, after asserting its status and machine code."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code
+    return body

@@ -16,7 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
-from ac_testkit import WORKER_ID, AppClient, SeededQueue
+from ac_testkit import WORKER_ID, AppClient, SeededQueue, refusal_of, run_rows
 
 REASON = "stuck on a bad deploy; INC-7"
 
@@ -36,10 +36,6 @@ async def cancel(api: AppClient, run_id: Any, reason: Any = REASON) -> httpx.Res
     return await api.http.post(
         f"/ops-runs/{run_id}/cancel", json={"reason": reason}, headers=api.operator_headers()
     )
-
-
-async def rows(db: asyncpg.Connection) -> dict[uuid.UUID, dict[str, Any]]:
-    return {r["id"]: dict(r) for r in await db.fetch("SELECT * FROM ops_runs")}
 
 
 async def test_a_claimed_run_is_failed_its_lease_and_owner_cleared_and_the_worker_refused(
@@ -111,12 +107,10 @@ async def test_a_terminal_run_is_a_state_conflict_and_nothing_changes(
     said: str,
 ) -> None:
     run = await seeded.run(**columns)
-    before = await rows(db)
+    before = await run_rows(db)
     response = await cancel(api, run)
-    assert response.status_code == 409, response.text
-    assert response.json()["code"] == "state_conflict"
-    assert said in response.json()["detail"]
-    assert await rows(db) == before
+    assert said in refusal_of(response, 409, "state_conflict")["detail"]
+    assert await run_rows(db) == before
 
 
 async def test_a_second_cancel_says_who_cancelled_it(api: AppClient, seeded: SeededQueue) -> None:
@@ -145,7 +139,7 @@ async def test_a_bad_body_or_run_is_refused_and_nothing_changes(
     api: AppClient, seeded: SeededQueue, db: asyncpg.Connection, body: dict[str, Any]
 ) -> None:
     run = await claimed_run(seeded)
-    before = await rows(db)
+    before = await run_rows(db)
     response = await api.http.post(
         f"/ops-runs/{run}/cancel", json=body, headers=api.operator_headers()
     )
@@ -155,7 +149,7 @@ async def test_a_bad_body_or_run_is_refused_and_nothing_changes(
     missing = await cancel(api, uuid.uuid4())
     assert missing.status_code == 404
     assert missing.json()["code"] == "not_found"
-    assert await rows(db) == before
+    assert await run_rows(db) == before
 
 
 # Nothing of these is left once the reason is sanitized (ops_evidence.sanitize_error):
@@ -169,13 +163,13 @@ async def test_a_reason_with_nothing_visible_is_refused_and_nothing_changes(
     api: AppClient, seeded: SeededQueue, db: asyncpg.Connection, reason: str
 ) -> None:
     run = await claimed_run(seeded)
-    before = await rows(db)
+    before = await run_rows(db)
     audited = await db.fetchval("SELECT count(*) FROM ops_audit")
     response = await cancel(api, run, reason)
     assert response.status_code == 422, response.text
     assert response.json()["code"] == "invalid_request"
     assert "reason" in response.text
-    assert await rows(db) == before
+    assert await run_rows(db) == before
     assert await db.fetchval("SELECT count(*) FROM ops_audit") == audited
     # one visible character among them is a reason
     assert (await cancel(api, run, f"{reason}x{reason}")).status_code == 200

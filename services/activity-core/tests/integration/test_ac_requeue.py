@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from ac_testkit import WORKER_ID, AppClient, SeededQueue
+from ac_testkit import WORKER_ID, AppClient, SeededQueue, refusal_of, run_rows
 
 GRANT = {
     "version": "1",
@@ -57,10 +57,6 @@ async def failed_run(seeded: SeededQueue, **columns: Any) -> uuid.UUID:
     }
     values.update(columns)
     return await seeded.run(**values)
-
-
-async def rows(db: asyncpg.Connection) -> dict[uuid.UUID, dict[str, Any]]:
-    return {r["id"]: dict(r) for r in await db.fetch("SELECT * FROM ops_runs")}
 
 
 async def requeue(api: AppClient, run_id: Any, key: str | None = None, **headers: str) -> Any:
@@ -170,21 +166,18 @@ async def test_a_run_that_is_not_failed_or_expired_is_a_state_conflict_that_says
     said: str,
 ) -> None:
     run = await seeded.run(**columns)
-    before = await rows(db)
+    before = await run_rows(db)
     response = await requeue(api, run, "k")
-    assert response.status_code == 409, response.text
-    body = response.json()
-    assert body["code"] == "state_conflict"
-    assert said in body["detail"]
+    assert said in refusal_of(response, 409, "state_conflict")["detail"]
     assert response.headers["X-Request-Id"]
-    assert await rows(db) == before
+    assert await run_rows(db) == before
 
 
 async def test_an_unknown_run_is_not_found_and_a_bad_key_is_invalid(
     api: AppClient, seeded: SeededQueue, db: asyncpg.Connection
 ) -> None:
     original = await failed_run(seeded)
-    before = await rows(db)
+    before = await run_rows(db)
     missing = await requeue(api, uuid.uuid4(), "k")
     assert missing.status_code == 404
     assert missing.json()["code"] == "not_found"
@@ -196,7 +189,7 @@ async def test_an_unknown_run_is_not_found_and_a_bad_key_is_invalid(
         assert body["errors"][0]["loc"] == ["header", "Idempotency-Key"], body
     not_a_uuid = await requeue(api, "not-a-uuid", "k")
     assert not_a_uuid.status_code == 422
-    assert await rows(db) == before
+    assert await run_rows(db) == before
 
 
 async def test_two_requeues_with_one_key_make_one_successor(
@@ -322,12 +315,12 @@ async def test_bulk_requeue_answers_each_run_on_its_own(
 async def test_a_bad_bulk_body_is_invalid_request(
     api: AppClient, db: asyncpg.Connection, body: dict[str, Any]
 ) -> None:
-    before = await rows(db)
+    before = await run_rows(db)
     response = await api.http.post("/ops-runs/requeue", json=body, headers=api.operator_headers())
     assert response.status_code == 422, response.text
     assert response.json()["code"] == "invalid_request"
     assert response.json()["errors"]
-    assert await rows(db) == before
+    assert await run_rows(db) == before
 
 
 async def test_every_requeue_and_refusal_is_in_the_audit_trail(

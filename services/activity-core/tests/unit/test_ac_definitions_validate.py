@@ -114,6 +114,11 @@ def test_good_grants_are_admitted_unchanged(grant: dict[str, Any]) -> None:
     assert admitted.as_admitted() == grant
 
 
+def _bad(field: str, value: object, sub_path: str, message: str, case: str) -> Any:
+    """A BAD_GRANTS case: the good grant with one field's value replaced."""
+    return pytest.param({**GOOD_GRANT, field: value}, sub_path, message, id=case)
+
+
 BAD_GRANTS = [
     pytest.param({**GOOD_GRANT, "version": 1}, "version", "bare number", id="version-int"),
     pytest.param({**GOOD_GRANT, "version": 1.0}, "version", "bare number", id="version-float"),
@@ -126,123 +131,63 @@ BAD_GRANTS = [
         id="version-missing",
     ),
     pytest.param({**GOOD_GRANT, "extra": 1}, "extra", "unknown field", id="unknown-field"),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": "briefs/"}, "allowed_paths", "list", id="paths-string"
+    _bad("allowed_paths", "briefs/", "allowed_paths", "list", "paths-string"),
+    _bad("allowed_paths", [], "allowed_paths", "at least", "paths-empty"),
+    _bad(
+        "allowed_paths", [f"p{i}/" for i in range(101)], "allowed_paths", "at most 100", "paths-101"
     ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": []}, "allowed_paths", "at least", id="paths-empty"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": [f"p{i}/" for i in range(101)]},
+    _bad(
         "allowed_paths",
-        "at most 100",
-        id="paths-101",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["a/", "b/", "a/"]},
+        ["a/", "b/", "a/"],
         "allowed_paths[2]",
         "duplicate of allowed_paths[0]",
-        id="paths-duplicate",
+        "paths-duplicate",
     ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["/etc/"]}, "allowed_paths[0]", "relative", id="absolute"
-    ),
-    pytest.param({**GOOD_GRANT, "allowed_paths": ["~/x"]}, "allowed_paths[0]", "'~'", id="home"),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["docs\\x"]},
-        "allowed_paths[0]",
-        "separator",
-        id="backslash",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["C:x/"]}, "allowed_paths[0]", "drive", id="drive-prefix"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["a//b"]}, "allowed_paths[0]", "empty segment", id="a//b"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["./docs/"]}, "allowed_paths[0]", "'..'", id="dot-segment"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["docs/../../etc"]},
-        "allowed_paths[0]",
-        "'..'",
-        id="traversal",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": [".git/hooks/"]}, "allowed_paths[0]", ".git", id="dot-git"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["sub/.GIT/config"]},
-        "allowed_paths[0]",
-        ".git",
-        id="dot-git-any-case",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["docs/**.md"]},
+    _bad("allowed_paths", ["/etc/"], "allowed_paths[0]", "relative", "absolute"),
+    _bad("allowed_paths", ["~/x"], "allowed_paths[0]", "'~'", "home"),
+    _bad("allowed_paths", ["docs\\x"], "allowed_paths[0]", "separator", "backslash"),
+    _bad("allowed_paths", ["C:x/"], "allowed_paths[0]", "drive", "drive-prefix"),
+    _bad("allowed_paths", ["a//b"], "allowed_paths[0]", "empty segment", "a//b"),
+    _bad("allowed_paths", ["./docs/"], "allowed_paths[0]", "'..'", "dot-segment"),
+    _bad("allowed_paths", ["docs/../../etc"], "allowed_paths[0]", "'..'", "traversal"),
+    _bad("allowed_paths", [".git/hooks/"], "allowed_paths[0]", ".git", "dot-git"),
+    _bad("allowed_paths", ["sub/.GIT/config"], "allowed_paths[0]", ".git", "dot-git-any-case"),
+    _bad(
+        "allowed_paths",
+        ["docs/**.md"],
         "allowed_paths[0]",
         "whole path segment",
-        id="partial-double-star",
+        "partial-double-star",
     ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": [""]}, "allowed_paths[0]", "empty", id="empty-path"
+    _bad("allowed_paths", [""], "allowed_paths[0]", "empty", "empty-path"),
+    _bad("allowed_paths", ["a\x01b"], "allowed_paths[0]", "control", "control"),
+    _bad("allowed_paths", ["a" * 257], "allowed_paths[0]", "256", "too-long"),
+    _bad("allowed_paths", [5], "allowed_paths[0]", "string", "path-int"),
+    _bad("commit_count", {"max": 1}, "commit_count.min", "missing", "commit-min-missing"),
+    _bad(
+        "commit_count", {"min": 0, "max": 1}, "commit_count.min", "between 1 and 32", "commit-min-0"
     ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["a\x01b"]}, "allowed_paths[0]", "control", id="control"
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "allowed_paths": ["a" * 257]}, "allowed_paths[0]", "256", id="too-long"
-    ),
-    pytest.param({**GOOD_GRANT, "allowed_paths": [5]}, "allowed_paths[0]", "string", id="path-int"),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"max": 1}},
-        "commit_count.min",
-        "missing",
-        id="commit-min-missing",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": 0, "max": 1}},
-        "commit_count.min",
-        "between 1 and 32",
-        id="commit-min-0",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": 1, "max": 33}},
+    _bad(
+        "commit_count",
+        {"min": 1, "max": 33},
         "commit_count.max",
         "between 1 and 32",
-        id="commit-max-33",
+        "commit-max-33",
     ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": 3, "max": 2}},
+    _bad(
+        "commit_count", {"min": 3, "max": 2}, "commit_count", "must not exceed", "commit-min-gt-max"
+    ),
+    _bad("commit_count", {"min": True, "max": 1}, "commit_count.min", "integer", "commit-bool"),
+    _bad("commit_count", {"min": "1", "max": 1}, "commit_count.min", "integer", "commit-string"),
+    _bad("commit_count", {"min": 1.0, "max": 1}, "commit_count.min", "integer", "commit-float"),
+    _bad(
         "commit_count",
-        "must not exceed",
-        id="commit-min-gt-max",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": True, "max": 1}},
-        "commit_count.min",
-        "integer",
-        id="commit-bool",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": "1", "max": 1}},
-        "commit_count.min",
-        "integer",
-        id="commit-string",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": 1.0, "max": 1}},
-        "commit_count.min",
-        "integer",
-        id="commit-float",
-    ),
-    pytest.param(
-        {**GOOD_GRANT, "commit_count": {"min": 1, "max": 1, "step": 1}},
+        {"min": 1, "max": 1, "step": 1},
         "commit_count.step",
         "unknown field",
-        id="commit-unknown",
+        "commit-unknown",
     ),
-    pytest.param({**GOOD_GRANT, "commit_count": 1}, "commit_count", "object", id="commit-scalar"),
+    _bad("commit_count", 1, "commit_count", "object", "commit-scalar"),
     pytest.param({**GOOD_GRANT, "publish": True}, "publish", "not permitted", id="publish-true"),
     pytest.param({**GOOD_GRANT, "publish": "false"}, "publish", "boolean", id="publish-string"),
     pytest.param(

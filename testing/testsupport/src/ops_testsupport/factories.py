@@ -11,6 +11,7 @@ from ops_evidence import MAX_COLLECTION_ITEMS, MAX_IDENTIFIER_CHARS, MAX_INT, MA
 from ops_evidence.fields import bounded_list, git_object_id, repo_path
 
 __all__ = [
+    "EVIDENCE_IDENTIFIER_FIELDS",
     "RUN_ID",
     "WORKER",
     "gateway_result",
@@ -22,6 +23,18 @@ __all__ = [
 
 WORKER = "rein-aharness@railiance01"
 RUN_ID = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+# The evidence fields the allowlist keeps as identifiers, as the tests state them (on
+# purpose not read from ops_evidence: a test of the allowlist must not restate it from itself).
+EVIDENCE_IDENTIFIER_FIELDS = (
+    "request_id",
+    "contract_version",
+    "profile_ref",
+    "rein_id",
+    "rein_version",
+    "resolved_model",
+    "sandbox_profile",
+    "outcome",
+)
 
 
 def glas_evidence(**overrides: Any) -> dict[str, Any]:
@@ -99,19 +112,7 @@ def maximal_raw_result() -> dict[str, Any]:
     git_id = "f" * 64
     identifiers = [identifier] * MAX_COLLECTION_ITEMS
     paths = [path] * MAX_COLLECTION_ITEMS
-    evidence: dict[str, Any] = {
-        key: identifier
-        for key in (
-            "request_id",
-            "contract_version",
-            "profile_ref",
-            "rein_id",
-            "rein_version",
-            "resolved_model",
-            "sandbox_profile",
-            "outcome",
-        )
-    }
+    evidence: dict[str, Any] = {key: identifier for key in EVIDENCE_IDENTIFIER_FIELDS}
     evidence.update(
         {
             "tool_events_completeness": "unavailable",

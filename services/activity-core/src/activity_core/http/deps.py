@@ -6,8 +6,9 @@ pool, and four thread hops per claim were a quarter of the API's CPU in the benc
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 
@@ -38,14 +39,7 @@ __all__ = [
 ]
 
 
-async def _queue(request: Request) -> QueueService:
-    service: QueueService = request.app.state.queue
-    return service
-
-
-async def _auth(request: Request) -> Authenticator:
-    auth: Authenticator = request.app.state.auth
-    return auth
+_T = TypeVar("_T")
 
 
 async def _artefacts(request: Request) -> ArtefactService:
@@ -53,9 +47,18 @@ async def _artefacts(request: Request) -> ArtefactService:
     return ArtefactService(request.app.state.pool, forgejo_web_base=settings.forgejo_web_base)
 
 
-async def _settings(request: Request) -> ActivityCoreSettings:
-    settings: ActivityCoreSettings = request.app.state.settings
-    return settings
+def _from_state(name: str, kind: type[_T]) -> Callable[[Request], Awaitable[_T]]:
+    """The provider of what the lifespan put in `app.state.<name>` (a `kind`)."""
+
+    async def provide(request: Request) -> _T:
+        value: _T = getattr(request.app.state, name)
+        return value
+
+    provide.__name__ = f"_{name}"
+    return provide
+
+
+_settings = _from_state("settings", ActivityCoreSettings)
 
 
 # Each kind of endpoint also reads the other kind's header: the Authenticator tells the
@@ -118,39 +121,19 @@ async def _worker_call(request: Request) -> WorkerCall:
     return worker_call(request)
 
 
-async def _run_actions(request: Request) -> RunActions:
-    actions: RunActions = request.app.state.run_actions
-    return actions
-
-
-async def _operator_views(request: Request) -> OperatorViews:
-    views: OperatorViews = request.app.state.operator_views
-    return views
-
-
-async def _audit(request: Request) -> AuditLog:
-    audit: AuditLog = request.app.state.audit
-    return audit
-
-
-async def _changes(request: Request) -> ChangesReader:
-    reader: ChangesReader = request.app.state.changes_reader
-    return reader
-
-
 async def _actor(request: Request) -> Actor:
     return actor_of(request)
 
 
-Queue = Annotated[QueueService, Depends(_queue)]
-Actions = Annotated[RunActions, Depends(_run_actions)]
-Views = Annotated[OperatorViews, Depends(_operator_views)]
-Audit = Annotated[AuditLog, Depends(_audit)]
-Changes = Annotated[ChangesReader, Depends(_changes)]
+Queue = Annotated[QueueService, Depends(_from_state("queue", QueueService))]
+Actions = Annotated[RunActions, Depends(_from_state("run_actions", RunActions))]
+Views = Annotated[OperatorViews, Depends(_from_state("operator_views", OperatorViews))]
+Audit = Annotated[AuditLog, Depends(_from_state("audit", AuditLog))]
+Changes = Annotated[ChangesReader, Depends(_from_state("changes_reader", ChangesReader))]
 # The operator acting (the principal OPERATOR_CREDENTIAL authenticated) and the request id.
 Acting = Annotated[Actor, Depends(_actor)]
 Artefacts = Annotated[ArtefactService, Depends(_artefacts)]
-Auth = Annotated[Authenticator, Depends(_auth)]
+Auth = Annotated[Authenticator, Depends(_from_state("auth", Authenticator))]
 Settings = Annotated[ActivityCoreSettings, Depends(_settings)]
 OperatorToken = Annotated[str | None, Depends(_operator_token)]
 Worker = Annotated[WorkerCall, Depends(_worker_call)]

@@ -15,6 +15,8 @@ the Temporal Schedule, and how a later sync-definitions keeps it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -23,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Audit
-from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
-from activity_core.operator.audit import audit_target
+from activity_core.http.operator_context import REQUEST_ID_HEADER
+from activity_core.http.refusals import error_docs
+from activity_core.operator.audit import Actor, AuditedAction, AuditLog, audit_target
 from activity_core.temporal.pause import (
     MAX_REASON_LENGTH,
     AutomationPauses,
@@ -121,10 +124,6 @@ _DESCRIBED = {
     409: "state_conflict: the automation has no schedule (fired manually only; a resume "
     "still lifts an operator's pause of it); for a resume, also one its definition file "
     "pauses or that was removed from the files",
-    413: "request_too_large",
-    415: "unsupported_media_type: a body whose media type names JSON"
-    " but is not application/json (charset=utf-8 at most)",
-    422: "invalid_request, with an errors list naming each bad field",
     503: "unavailable: Temporal or the database cannot be reached (or a definition sync "
     "held the schedules for too long); nothing changed, retry. schema_not_current: the "
     "database is not migrated for this build",
@@ -132,7 +131,7 @@ _DESCRIBED = {
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": _DESCRIBED[s]} for s in statuses}
+    return error_docs(*statuses, described=_DESCRIBED)
 
 
 @router.get(
@@ -155,20 +154,51 @@ async def get_automation(automation_id: AutomationId, pauses: Pauses) -> Automat
     return _view(await pauses.state(automation_id))
 
 
-@router.post(
-    "/{automation_id}/pause",
-    operation_id="pauseAutomation",
-    response_model=AutomationPauseView,
-    responses=_errors(401, 403, 404, 409, 413, 415, 422, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
-)
+@dataclass(frozen=True)
+class _PauseCall:
+    """What a pause and a resume both need besides the path and body, as one dependency."""
+
+    pauses: AutomationPauses
+    actor: Actor
+    audit: AuditLog
+    response: Response
+
+    async def audited(
+        self,
+        action: str,
+        automation_id: str,
+        change: Callable[[AuditedAction], Awaitable[AutomationState]],
+    ) -> AutomationPauseView:
+        """The change, audited as `action` on the automation (its entry commits with the
+        change or not at all), answered with the request id."""
+        target = audit_target("automation", automation_id)
+        async with self.audit.action(self.actor, action, target) as act:
+            state = await change(act)
+        # the acting operator's request id is the request's (operator_context.actor_of)
+        self.response.headers[REQUEST_ID_HEADER] = self.actor.request_id
+        return _view(state)
+
+
+async def _pause_call(
+    pauses: Pauses, actor: Acting, audit: Audit, response: Response
+) -> _PauseCall:
+    return _PauseCall(pauses, actor, audit, response)
+
+
+PauseCall = Annotated[_PauseCall, Depends(_pause_call)]
+
+# pause and resume are documented and guarded alike
+_ACTION_ROUTE: dict[str, Any] = {
+    "response_model": AutomationPauseView,
+    "responses": _errors(401, 403, 404, 409, 413, 415, 422, 503),
+    "dependencies": [OPERATOR_CREDENTIAL],
+}
+
+
+@router.post("/{automation_id}/pause", operation_id="pauseAutomation", **_ACTION_ROUTE)
 async def pause_automation(
     automation_id: AutomationId,
-    pauses: Pauses,
-    actor: Acting,
-    audit: Audit,
-    request: Request,
-    response: Response,
+    call: PauseCall,
     body: Annotated[PauseRequest | None, Body()] = None,
 ) -> AutomationPauseView:
     """Pause the automation: its Temporal Schedule is paused with a note naming the
@@ -176,35 +206,24 @@ async def pause_automation(
     paused (a changed cron is applied to the paused schedule); only a resume lifts it. The
     same pause again answers 200 unchanged (the first pause's operator, time and reason)."""
     reason = body.reason if body is not None else None
-    target = audit_target("automation", automation_id)
-    async with audit.action(actor, "automation.pause", target) as act:
-        state = await pauses.pause(automation_id, operator=actor.name, reason=reason, audit=act)
-    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
-    return _view(state)
+    return await call.audited(
+        "automation.pause",
+        automation_id,
+        lambda act: call.pauses.pause(
+            automation_id, operator=call.actor.name, reason=reason, audit=act
+        ),
+    )
 
 
-@router.post(
-    "/{automation_id}/resume",
-    operation_id="resumeAutomation",
-    response_model=AutomationPauseView,
-    responses=_errors(401, 403, 404, 409, 413, 415, 422, 503),
-    dependencies=[OPERATOR_CREDENTIAL],
-)
-async def resume_automation(
-    automation_id: AutomationId,
-    pauses: Pauses,
-    actor: Acting,
-    audit: Audit,
-    request: Request,
-    response: Response,
-) -> AutomationPauseView:
+@router.post("/{automation_id}/resume", operation_id="resumeAutomation", **_ACTION_ROUTE)
+async def resume_automation(automation_id: AutomationId, call: PauseCall) -> AutomationPauseView:
     """Resume an automation an operator paused: its Temporal Schedule is unpaused and its
     next fire times follow the current cron. An active automation answers 200 unchanged.
     One its definition file pauses (or that was removed from the files) is refused 409:
     change the file and sync. An operator's pause of an automation whose definition has
     dropped its schedule since is lifted too (the row alone; it fires manually again)."""
-    target = audit_target("automation", automation_id)
-    async with audit.action(actor, "automation.resume", target) as act:
-        state = await pauses.resume(automation_id, operator=actor.name, audit=act)
-    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
-    return _view(state)
+    return await call.audited(
+        "automation.resume",
+        automation_id,
+        lambda act: call.pauses.resume(automation_id, operator=call.actor.name, audit=act),
+    )

@@ -15,7 +15,8 @@ from activity_core.artefacts.models import AutomationIndex, FireDetail, FirePage
 from activity_core.artefacts.service import MAX_PAGE_SIZE
 from activity_core.http.credentials import VIEWER_CREDENTIAL
 from activity_core.http.deps import Artefacts
-from ops_contracts import TEXT_SCHEMA_PATTERN, ErrorBody, Printable
+from activity_core.http.refusals import error_docs
+from ops_contracts import TEXT_SCHEMA_PATTERN, Printable
 
 __all__ = ["router"]
 
@@ -25,14 +26,11 @@ _DESCRIBED = {
     401: "unauthenticated: no or an invalid operator credential",
     403: "forbidden: a worker credential",
     404: "not_found: no such automation, or no such run of it",
-    422: "invalid_request, with an errors list naming each bad field",
-    503: "unavailable: the database cannot be reached; schema_not_current: it is not "
-    "migrated for this build",
 }
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": _DESCRIBED[s]} for s in statuses}
+    return error_docs(*statuses, described=_DESCRIBED)
 
 
 AutomationId = Annotated[
@@ -59,12 +57,18 @@ async def list_automations(artefacts: Artefacts) -> AutomationIndex:
     return await artefacts.automations()
 
 
+# a read of one automation: refused alike
+_ONE_AUTOMATION: dict[str, Any] = {
+    "responses": _errors(401, 403, 404, 422, 503),
+    "dependencies": [VIEWER_CREDENTIAL],
+}
+
+
 @router.get(
     "/{automation_id}/runs",
     operation_id="listAutomationFires",
     response_model=FirePage,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
+    **_ONE_AUTOMATION,
 )
 async def list_automation_runs(
     automation_id: AutomationId,
@@ -81,8 +85,7 @@ async def list_automation_runs(
     "/{automation_id}/runs/{run_id}",
     operation_id="getAutomationFire",
     response_model=FireDetail,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
+    **_ONE_AUTOMATION,
 )
 async def get_automation_run(
     automation_id: AutomationId,

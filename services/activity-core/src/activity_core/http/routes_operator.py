@@ -17,25 +17,23 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Audit, Views
-from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.http.operator_context import REQUEST_ID_HEADER
+from activity_core.http.refusals import error_docs, refusal_outcome
 from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
-from activity_core.operator.audit import MAX_TARGET_LENGTH
+from activity_core.operator.audit import MAX_TARGET_LENGTH, Actor
 from activity_core.operator.views import MAX_DEAD_LETTER_PAGE
-from activity_core.queue.errors import QueueRefusal
 from ops_contracts import (
     IDEMPOTENCY_KEY_PATTERN,
-    REFUSAL_HTTP_STATUS,
     TEXT_SCHEMA_PATTERN,
     AuditPage,
     CancelRequest,
     CloseDisposition,
     CloseResponse,
     DeadLetterPage,
-    ErrorBody,
     ExplainResponse,
     Instant,
     OpsRun,
@@ -56,18 +54,12 @@ _DESCRIBED = {
     403: "forbidden: a worker credential, or a viewer asking for an action",
     404: "not_found",
     409: "state_conflict",
-    413: "request_too_large",
-    415: "unsupported_media_type: a body whose media type names JSON"
-    " but is not application/json (charset=utf-8 at most)",
-    422: "invalid_request, with an errors list naming each bad field",
-    503: "unavailable: the database cannot be reached; schema_not_current: it is not "
-    "migrated for this build",
 }
 
 
 def _errors(*statuses: int, **described: str) -> dict[int | str, dict[str, Any]]:
-    texts = {**_DESCRIBED, **{int(k.removeprefix("s")): v for k, v in described.items()}}
-    return {s: {"model": ErrorBody, "description": texts[s]} for s in statuses}
+    own = {int(k.removeprefix("s")): v for k, v in described.items()}
+    return error_docs(*statuses, described={**_DESCRIBED, **own})
 
 
 # The operator plane's documented errors, for its other routers (routes_changes.py).
@@ -98,8 +90,13 @@ AutomationFilter = Annotated[
 ]
 
 
-def _request_id(request: Request, response: Response) -> None:
-    response.headers[REQUEST_ID_HEADER] = request_id_of(request)
+def _request_id(actor: Actor, response: Response) -> None:
+    # the acting operator's request id is the request's (operator_context.actor_of)
+    response.headers[REQUEST_ID_HEADER] = actor.request_id
+
+
+# what an action on one run is refused as (each route says what its 409 means)
+_RUN_ACTION_STATUSES = (401, 403, 404, 409, 413, 415, 422, 503)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -116,7 +113,6 @@ async def requeue_runs(
     body: RequeueManyRequest,
     actor: Acting,
     actions: Actions,
-    request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
@@ -125,7 +121,7 @@ async def requeue_runs(
     successor, 200 the one this key made before, else the refusal's status, code and
     detail). The `Idempotency-Key` applies to each run."""
     results = await actions.requeue_many(actor, body.run_ids, idempotency_key)
-    _request_id(request, response)
+    _request_id(actor, response)
     return {
         "results": [
             {
@@ -134,12 +130,7 @@ async def requeue_runs(
                 "successor": result.successor,
             }
             if result.refusal is None
-            else {
-                "run_id": result.run_id,
-                "status": _status(result.refusal),
-                "code": result.refusal.code.value,
-                "detail": result.refusal.detail,
-            }
+            else {"run_id": result.run_id, **refusal_outcome(result.refusal)}
             for result in results
         ]
     }
@@ -153,14 +144,7 @@ async def requeue_runs(
     responses={
         200: {"model": OpsRun, "description": "the successor this Idempotency-Key made before"},
         **_errors(
-            401,
-            403,
-            404,
-            409,
-            413,
-            415,
-            422,
-            503,
+            *_RUN_ACTION_STATUSES,
             s409="state_conflict: the run is not failed or expired (the detail says what it is)",
         ),
     },
@@ -170,7 +154,6 @@ async def requeue_run(
     run_id: uuid.UUID,
     actor: Acting,
     actions: Actions,
-    request: Request,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
@@ -181,7 +164,7 @@ async def requeue_run(
     same successor for a repeat with the same `Idempotency-Key`."""
     successor, created = await actions.requeue(actor, run_id, idempotency_key)
     response.status_code = 201 if created else 200
-    _request_id(request, response)
+    _request_id(actor, response)
     return successor
 
 
@@ -190,14 +173,7 @@ async def requeue_run(
     operation_id="cancelRun",
     response_model=CloseResponse,
     responses=_errors(
-        401,
-        403,
-        404,
-        409,
-        413,
-        415,
-        422,
-        503,
+        *_RUN_ACTION_STATUSES,
         s409="state_conflict: the run is already succeeded, failed or expired",
     ),
     dependencies=[OPERATOR_CREDENTIAL],
@@ -207,7 +183,6 @@ async def cancel_run(
     body: CancelRequest,
     actor: Acting,
     actions: Actions,
-    request: Request,
     response: Response,
 ) -> dict[str, Any]:
     """Stop an open or claimed run: it is `failed` (`close_disposition` `applied`), its
@@ -216,7 +191,7 @@ async def cancel_run(
     (state_conflict) and abandons the run; any close of it is terminal_conflict. A reason
     that shows nothing (only spaces, control or invisible characters) is a 422."""
     run = await actions.cancel(actor, run_id, body.reason)
-    _request_id(request, response)
+    _request_id(actor, response)
     return {**run, "close_disposition": CloseDisposition.applied}
 
 
@@ -356,7 +331,3 @@ async def audit_trail(
         limit=limit,
     )
     return {"entries": entries, "next_cursor": str(before) if before is not None else None}
-
-
-def _status(refusal: QueueRefusal) -> int:
-    return REFUSAL_HTTP_STATUS[refusal.code]
