@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ops_contracts.egress import NetworkEgress
+
 __all__ = [
     "GATEWAY_CONTRACT_VERSION",
     "AttributionRefs",
@@ -72,6 +74,7 @@ class GatewayEvidence(BaseModel):
     commit_refs: list[str] | None = None
     artifact_refs: list[str] | None = None
     refs: AttributionRefs | None = None
+    network_egress: NetworkEgress | None = None
 
 
 class RepositoryTransaction(BaseModel):
