@@ -83,6 +83,7 @@ from rein_aharness.repository import (
 )
 from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
+from rein_aharness.sandbox.egress_log import ConnectionRecord
 
 __all__ = ["LocalGlasGateway", "worktree_name"]
 
@@ -119,6 +120,7 @@ class LocalGlasGateway:
         source: RemoteSource | None = None,
         changes_dir: Path | None = None,
         changes_max_bytes: int = DEFAULT_CHANGES_MAX_BYTES,
+        on_egress: Callable[[ConnectionRecord], None] | None = None,
     ) -> None:
         """`changes_dir`: where changes bundles are written (default: `changes/` beside
         `worktrees_root`, both in the state directory)."""
@@ -131,6 +133,7 @@ class LocalGlasGateway:
         self._clock = clock
         self._bwrap = bwrap
         self._on_sandbox_failure = on_sandbox_failure
+        self._on_egress = on_egress
 
     async def execute(self, request: QueuedRequest) -> GatewayResult:
         started = self._clock()
@@ -195,7 +198,7 @@ class LocalGlasGateway:
         started: float,
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap)
+        sandbox = await sandbox_over(workspace, request.sandbox, self._bwrap, self._on_egress)
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):
@@ -212,7 +215,9 @@ class LocalGlasGateway:
         elapsed = self._clock() - started
 
         def rejected(outcome: GatewayOutcome) -> GatewayResult:
-            return self._result(request, workspace, "rejected", outcome, elapsed, head=None)
+            return self._result(
+                request, workspace, "rejected", outcome, elapsed, head=None, sandbox=sandbox
+            )
 
         if failure is not None:
             timed_out = isinstance(failure, ApproachTimedOut)
@@ -238,6 +243,7 @@ class LocalGlasGateway:
             paths=inspection.paths,
             brief_path=brief_path,
             changes_digest=changes_digest,
+            sandbox=sandbox,
         )
 
     async def _hand_over(
@@ -332,6 +338,7 @@ class LocalGlasGateway:
         paths: tuple[str, ...] = (),
         brief_path: str | None = None,
         changes_digest: str | None = None,
+        sandbox: Sandbox | None = None,
     ) -> GatewayResult:
         accepted = acceptance == "accepted"
         if brief_path is None and len(paths) == 1:
@@ -346,6 +353,7 @@ class LocalGlasGateway:
                 head_after=head,
                 commits=commits,
                 paths=paths,
+                network_egress=sandbox.network_evidence() if sandbox is not None else None,
             ),
             transaction=repository_transaction(
                 request,
