@@ -134,6 +134,10 @@ class _Proxy:
                 self._active -= 1
         except (OSError, asyncio.IncompleteReadError):
             pass  # the approach went away; the record says how far it got
+        except asyncio.CancelledError:
+            # The attempt ended (egress_proxy's exit): this task is its own top level,
+            # and asyncio's stream callback would report a cancelled one as an error.
+            pass
         finally:
             self.tasks.discard(task)
             writer.close()
