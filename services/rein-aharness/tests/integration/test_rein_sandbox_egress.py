@@ -9,8 +9,10 @@ refused because the name resolves to loopback.
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import socketserver
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +25,17 @@ from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
 from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.worker.metrics import WorkerMetrics
+from rein_worker_kit import (
+    GRANT,
+    ActivityCore,
+    RecordingTransport,
+    Repos,
+    command_profile,
+    git,
+    run_worker_once,
+    worker_settings,
+    write_catalogue,
+)
 
 BWRAP = resolve_bwrap(None)
 PATH = {"PATH": "/usr/bin:/bin"}
@@ -201,3 +214,122 @@ async def test_open_network_is_marked_and_no_network_is_absent(tmp_path: Path) -
     evidence = Sandbox(open_net, BWRAP, SandboxMounts(worktree)).network_evidence()
     assert evidence is not None and evidence.model_dump(exclude_none=True) == {"mode": "open"}
     assert Sandbox(closed, BWRAP, SandboxMounts(worktree)).network_evidence() is None
+
+
+# -- the escape suite, through the whole worker, with the socket and the relay in place --
+
+_ATTACK = r"""
+python3 - > briefs/result.md 2>&1 <<'PY'
+import os, socket, urllib.request, urllib.error
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return f"{r.status} {r.read().decode().strip()}"
+    except urllib.error.HTTPError as e:
+        return f"{e.code} {e.headers.get('X-Rein-Egress-Refused')}"
+def unix(address):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(address); return "CONNECTED"
+    except OSError as e:
+        return f"refused {e.errno}"
+print("listed", get("http://127.0.0.1:@HTTP@/hello"))
+print("via-socket-unlisted", get("http://10.0.0.1:@HTTP@/"))
+print("abstract", unix("\0@ABSTRACT@"))
+print("mounted", sorted(os.listdir("/run/rein-egress")))
+try:
+    os.unlink("/run/rein-egress/proxy.sock"); print("UNLINKED")
+except OSError as e:
+    print("unlink refused", e.errno)
+print("dns", [x for x in ["resolv.conf", "hosts"] if os.path.exists("/etc/" + x)])
+PY
+git add briefs && git commit -qm result
+"""
+
+
+async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+) -> None:
+    repo = repos.make()
+    abstract = f"rein-test-{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind("\0" + abstract)  # the worker's network namespace's abstract socket
+    listener.listen(1)
+    with _servers() as (http_port, _), listener:
+        sandboxes = (
+            "sandbox_profiles:\n"
+            "  profile.egress:\n"
+            "    kind: bwrap\n"
+            f'    network: {{allow: ["127.0.0.1:{http_port}"]}}\n'
+        )
+        script = _ATTACK.replace("@HTTP@", str(http_port)).replace("@ABSTRACT@", abstract)
+        catalogue = write_catalogue(
+            tmp_path / "profiles.yaml",
+            command_profile("egress", script, sandbox="profile.egress"),
+            sandboxes=sandboxes,
+        )
+        settings = worker_settings(tmp_path, repos, catalogue)
+        run_id = await activity_core.seeded.run(
+            harness_profile_ref="harness.egress@1.0.0", repository_grant=GRANT
+        )
+        before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
+        runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    [report] = runtime.worker.reports
+    assert report.close is not None and report.close.state == "delivered"
+    row = dict(await activity_core.row(run_id))
+    assert row["state"] == "succeeded", row
+    [ref] = Repos.landings(repo)
+    landed = git(repo, "show", f"{ref}:briefs/result.md")
+    lines = dict(line.split(" ", 1) for line in landed.splitlines() if " " in line)
+    assert lines["listed"] == "200 hello from the provider", landed
+    assert lines["via-socket-unlisted"] == "403 not_listed"
+    assert lines["abstract"].startswith("refused")
+    assert lines["mounted"] == "['proxy.sock', 'relay.py']"
+    assert lines["unlink"].startswith("refused") and "UNLINKED" not in landed
+    assert lines["dns"] == "[]"
+    assert set(Path(tempfile.gettempdir()).glob("rein-egress-*")) == before
+    evidence = row["result"]["execution_evidence"]
+    egress = evidence["network_egress"]
+    assert (egress["mode"], egress["allowed"], egress["refused"], egress["failed"]) == (
+        "allowlist",
+        1,
+        1,
+        0,
+    )
+    assert egress["bytes_down"] > 0
+
+
+def test_the_allowlisted_command_line_keeps_its_own_network_and_binds_the_proxy() -> None:
+    from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments
+    from rein_aharness.sandbox.egress import EgressMount
+
+    system = SystemPaths(
+        symlinks=(),
+        directories=(),
+        etc=("/etc/passwd",),
+        etc_network=("/etc/resolv.conf", "/etc/hosts", "/etc/ssl"),
+    )
+    mount = EgressMount(Path("/tmp/rein-egress-x/proxy.sock"), "/usr/bin/python3", Path("/r.py"))
+    profile = SandboxProfile(kind="bwrap", network=NetworkAllowlist(allow=["a.example:443"]))
+    args = bwrap_arguments(
+        Path("/b/bwrap"),
+        profile,
+        SandboxMounts(Path("/w")),
+        mount.wrap(["agent", "--go"]),
+        system=system,
+        block_fd=5,
+        status_fd=7,
+        egress=mount,
+    )
+    line = " ".join(args)
+    assert "--share-net" not in args and "--unshare-all" in args
+    assert "/etc/resolv.conf" not in args and "/etc/hosts" not in args
+    assert "--ro-bind /etc/ssl /etc/ssl" in line
+    assert (
+        "--ro-bind /tmp/rein-egress-x/proxy.sock /run/rein-egress/proxy.sock "
+        "--ro-bind /r.py /run/rein-egress/relay.py --chdir /workspace"
+    ) in line
+    assert line.endswith(
+        "-- /usr/bin/python3 -I /run/rein-egress/relay.py 3128 /run/rein-egress/proxy.sock "
+        "-- agent --go"
+    )
