@@ -214,3 +214,17 @@ async def test_the_proxy_refuses_bad_and_oversized_requests_and_bounds_connectio
         "not_listed",
         "too_many_connections",
     ]
+
+
+def test_the_log_keeps_exact_totals_and_a_bounded_set_of_destinations() -> None:
+    from rein_aharness.sandbox.egress_log import MAX_DESTINATIONS, ConnectionRecord
+
+    seen: list[ConnectionRecord] = []
+    log = EgressLog(seen.append)
+    for i in range(1000):
+        log.record(ConnectionRecord("refused", "not_listed", f"h{i}.example", 443))
+    log.record(ConnectionRecord("allowed", None, "a.example", 443, bytes_up=2**60, bytes_down=1))
+    evidence = log.evidence()
+    assert (evidence.refused, evidence.allowed, len(seen)) == (1000, 1, 1001)
+    assert len(evidence.destinations or []) == MAX_DESTINATIONS
+    assert evidence.bytes_up == 2**53 - 1  # clipped to the evidence's integer bound

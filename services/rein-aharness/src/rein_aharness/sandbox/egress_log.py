@@ -16,6 +16,12 @@ from ops_contracts.egress import EgressDestination, EgressOutcome, EgressReason,
 __all__ = ["MAX_DESTINATIONS", "ConnectionRecord", "EgressLog"]
 
 MAX_DESTINATIONS = 16
+# The evidence's integer bound (ops_evidence.MAX_INT); a count past it is shown at it.
+_MAX_COUNT = 2**53 - 1
+
+
+def _bounded(count: int) -> int:
+    return min(count, _MAX_COUNT)
 
 
 @dataclass
@@ -68,20 +74,20 @@ class EgressLog:
     def evidence(self) -> NetworkEgress:
         return NetworkEgress(
             mode="allowlist",
-            allowed=self.counts["allowed"],
-            refused=self.counts["refused"],
-            failed=self.counts["failed"],
-            bytes_up=self.bytes_up,
-            bytes_down=self.bytes_down,
+            allowed=_bounded(self.counts["allowed"]),
+            refused=_bounded(self.counts["refused"]),
+            failed=_bounded(self.counts["failed"]),
+            bytes_up=_bounded(self.bytes_up),
+            bytes_down=_bounded(self.bytes_down),
             destinations=[
                 EgressDestination(
                     host=host,
                     port=port,
                     outcome=outcome,
                     reason=reason,
-                    connections=tally.connections,
-                    bytes_up=tally.bytes_up,
-                    bytes_down=tally.bytes_down,
+                    connections=_bounded(tally.connections),
+                    bytes_up=_bounded(tally.bytes_up),
+                    bytes_down=_bounded(tally.bytes_down),
                 )
                 for (host, port, outcome, reason), tally in self._destinations.items()
             ],
