@@ -47,6 +47,7 @@ def test_open_mode_claims_no_counts() -> None:
 
 
 def test_without_a_valid_mode_nothing_survives() -> None:
+    raw: object
     for raw in ({}, {"mode": "none"}, {"mode": "OPEN"}, {"mode": 1}, [], "open", None):
         assert network_egress(raw) is None
 
