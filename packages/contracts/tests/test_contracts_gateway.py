@@ -160,3 +160,51 @@ def test_rejected_transaction_needs_no_evidence_ids() -> None:
         "accepted_commits": [],
         "accepted_paths": [],
     }
+
+
+def test_network_egress_is_strict_and_matches_the_consumer_allowlist() -> None:
+    from typing import get_args
+
+    from ops_contracts.egress import EgressOutcome, EgressReason, NetworkEgress
+    from ops_evidence import EGRESS_OUTCOMES, EGRESS_REASONS, network_egress
+
+    assert set(get_args(EgressOutcome)) == EGRESS_OUTCOMES
+    assert set(get_args(EgressReason)) == EGRESS_REASONS
+    body = {
+        "mode": "allowlist",
+        "allowed": 1,
+        "refused": 1,
+        "failed": 0,
+        "bytes_up": 5,
+        "bytes_down": 7,
+        "destinations": [
+            {
+                "host": "127.0.0.1",
+                "port": 8080,
+                "outcome": "allowed",
+                "connections": 1,
+                "bytes_up": 5,
+                "bytes_down": 7,
+            },
+            {
+                "host": "localhost",
+                "port": 8080,
+                "outcome": "refused",
+                "reason": "forbidden_address",
+                "connections": 1,
+                "bytes_up": 0,
+                "bytes_down": 0,
+            },
+        ],
+    }
+    produced = NetworkEgress.model_validate(body).model_dump(exclude_none=True)
+    assert produced == body
+    assert network_egress(produced) == body  # the queue keeps all of it
+    for bad in (
+        {"mode": "closed"},
+        {"mode": "open", "allowed": -1},
+        {"mode": "open", "extra": 1},
+        {"mode": "allowlist", "destinations": [{"outcome": "allowed", "host": "A B"}]},
+    ):
+        with pytest.raises(ValidationError):
+            NetworkEgress.model_validate(bad)

@@ -29,6 +29,7 @@ from ops_contracts.codes import (
     RunState,
     SourceType,
 )
+from ops_contracts.egress import EgressDestination, NetworkEgress
 from ops_contracts.gateway import (
     AttributionRefs,
     GatewayEvidence,
@@ -130,6 +131,7 @@ __all__ = [
     "CompleteRequest",
     "DeadLetterPage",
     "DeadLetterRun",
+    "EgressDestination",
     "ErrorBody",
     "ExpireLeasesResponse",
     "ExplainReason",
@@ -144,6 +146,7 @@ __all__ = [
     "Instant",
     "Label",
     "LabelsMode",
+    "NetworkEgress",
     "OldestOpenRun",
     "OperatorRole",
     "OpsRun",

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ops_contracts.egress import NetworkEgress
+
 __all__ = [
     "GATEWAY_CONTRACT_VERSION",
     "AttributionRefs",
@@ -92,6 +94,7 @@ class GatewayEvidence(BaseModel):
     refs: AttributionRefs | None = None
     result_report: ResultReport | None = None
     result_report_problem: ResultReportProblem | None = None
+    network_egress: NetworkEgress | None = None
 
 
 class RepositoryTransaction(BaseModel):

@@ -21,6 +21,13 @@ from ops_evidence.bounds import (
     find_bound_violations,
     is_bounded_json,
 )
+from ops_evidence.egress import (
+    EGRESS_MODES,
+    EGRESS_OUTCOMES,
+    EGRESS_REASONS,
+    MAX_NETWORK_EGRESS_BYTES,
+    network_egress,
+)
 from ops_evidence.error_text import sanitize_error
 from ops_evidence.fields import (
     MAX_LIST_ENCODED_BYTES,
@@ -55,6 +62,9 @@ from ops_evidence.normalize import (
 __all__ = [
     "ACCEPTANCE",
     "COMPACT_EVIDENCE_KEYS",
+    "EGRESS_MODES",
+    "EGRESS_OUTCOMES",
+    "EGRESS_REASONS",
     "EXECUTION_EVIDENCE_KEYS",
     "EXECUTION_REFS_KEYS",
     "MAX_COLLECTION_ITEMS",
@@ -65,6 +75,7 @@ __all__ = [
     "MAX_INT",
     "MAX_KEY_CHARS",
     "MAX_LIST_ENCODED_BYTES",
+    "MAX_NETWORK_EGRESS_BYTES",
     "MAX_PATH_CHARS",
     "MAX_STRING_CHARS",
     "MAX_TARGET_REPO_CHARS",
@@ -84,6 +95,7 @@ __all__ = [
     "identifier",
     "identifier_list",
     "is_bounded_json",
+    "network_egress",
     "non_negative_int",
     "non_negative_number",
     "normalize_execution_evidence",

@@ -9,11 +9,11 @@ again, so a stored result normalizes to itself.
 
 Size: no output can exceed MAX_ENCODED_BYTES. Per field, at most: an identifier 514
 bytes (256 escaped `"` plus quotes), a path 4,098 (1,024 four-byte characters), a git
-id 66, a target repo 258, a number 23, and each of the six lists MAX_LIST_ENCODED_BYTES
-(8,192). Summed over every allowlisted field with its keys and separators that is
-63,802 bytes (the two `result_report*` choices included), under the 65,536 bound;
-`test_evidence_normalize.py` checks the sum and measures a maximal result. A new field
-must fit in the ~1.7 KiB left.
+id 66, a target repo 258, a number 23, each of the six lists MAX_LIST_ENCODED_BYTES
+(8,192) and `network_egress` MAX_NETWORK_EGRESS_BYTES (1,280). Summed over every
+allowlisted field with its keys and separators that is 65,100 bytes (the two
+`result_report*` choices included), under the 65,536 bound; `test_evidence_normalize.py`
+checks the sum and measures a maximal result. A new field must fit in the 436 bytes left.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from ops_evidence.bounds import JsonValue
+from ops_evidence.egress import network_egress
 from ops_evidence.fields import (
     accepted_commit_list,
     accepted_path_list,
@@ -126,6 +127,8 @@ _EXECUTION_EVIDENCE_FIELDS: Mapping[str, _Validator] = MappingProxyType(
         # The approach's own report (result file), how it was taken.
         "result_report": _choice(RESULT_REPORT),
         "result_report_problem": _choice(RESULT_REPORT_PROBLEMS),
+        # What the sandbox's network did (egress.py), bounded to 1,280 bytes.
+        "network_egress": network_egress,
     }
 )
 

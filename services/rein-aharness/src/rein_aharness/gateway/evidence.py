@@ -12,6 +12,7 @@ from ops_contracts import (
     AttributionRefs,
     GatewayEvidence,
     GatewayResult,
+    NetworkEgress,
     RepositoryTransaction,
     acceptance_policy_id,
     grant_id,
@@ -45,6 +46,7 @@ def gateway_evidence(
     head_after: str | None = None,
     commits: Sequence[str] = (),
     paths: Sequence[str] = (),
+    network_egress: NetworkEgress | None = None,
 ) -> GatewayEvidence:
     profile = request.profile
     return GatewayEvidence(
@@ -63,6 +65,7 @@ def gateway_evidence(
         commit_refs=list(commits) or None,
         artifact_refs=list(paths) or None,
         refs=attribution_refs(request),
+        network_egress=network_egress,
     )
 
 

@@ -85,6 +85,7 @@ from rein_aharness.repository import (
 )
 from rein_aharness.repository.changes_bundle import DEFAULT_CHANGES_MAX_BYTES
 from rein_aharness.sandbox import Sandbox, SandboxUnavailable, WorktreeTooLarge, sandbox_over
+from rein_aharness.sandbox.egress_log import ConnectionRecord
 from rein_aharness.sandbox.result_file import Report
 from rein_aharness.sandbox.secrets import LoadedSecret, secret_environment
 
@@ -123,6 +124,7 @@ class LocalGlasGateway:
         source: RemoteSource | None = None,
         changes_dir: Path | None = None,
         changes_max_bytes: int = DEFAULT_CHANGES_MAX_BYTES,
+        on_egress: Callable[[ConnectionRecord], None] | None = None,
     ) -> None:
         """`changes_dir`: where changes bundles are written (default: `changes/` beside
         `worktrees_root`, both in the state directory)."""
@@ -135,6 +137,7 @@ class LocalGlasGateway:
         self._clock = clock
         self._bwrap = bwrap
         self._on_sandbox_failure = on_sandbox_failure
+        self._on_egress = on_egress
 
     async def execute(self, request: QueuedRequest) -> GatewayResult:
         started = self._clock()
@@ -201,7 +204,9 @@ class LocalGlasGateway:
         secrets: tuple[LoadedSecret, ...] = (),
     ) -> GatewayResult:
         workspace = session.workspace
-        sandbox = with_secrets(await sandbox_over(workspace, request.sandbox, self._bwrap), secrets)
+        sandbox = with_secrets(
+            await sandbox_over(workspace, request.sandbox, self._bwrap, self._on_egress), secrets
+        )
         failure: ApproachFailed | None = None
         try:
             async with logged_approach(request.run, sandbox):
@@ -222,7 +227,14 @@ class LocalGlasGateway:
 
         def rejected(outcome: GatewayOutcome) -> GatewayResult:
             return self._result(
-                request, workspace, "rejected", outcome, elapsed, head=None, report=report
+                request,
+                workspace,
+                "rejected",
+                outcome,
+                elapsed,
+                head=None,
+                report=report,
+                sandbox=sandbox,
             )
 
         if failure is not None:
@@ -250,6 +262,7 @@ class LocalGlasGateway:
             brief_path=brief_path,
             changes_digest=changes_digest,
             report=report,
+            sandbox=sandbox,
         )
 
     async def _hand_over(
@@ -347,6 +360,7 @@ class LocalGlasGateway:
         brief_path: str | None = None,
         changes_digest: str | None = None,
         report: Report | None = None,
+        sandbox: Sandbox | None = None,
     ) -> GatewayResult:
         accepted = acceptance == "accepted"
         if brief_path is None and len(paths) == 1:
@@ -362,6 +376,7 @@ class LocalGlasGateway:
                     head_after=head,
                     commits=commits,
                     paths=paths,
+                    network_egress=sandbox.network_evidence() if sandbox is not None else None,
                 ),
                 report,
             ),

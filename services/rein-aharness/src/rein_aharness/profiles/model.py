@@ -20,6 +20,12 @@ from pydantic import (
 )
 
 from ops_contracts import harness_profile_ref_error
+from rein_aharness.profiles.network import (
+    MAX_ALLOW_ENTRIES,
+    EgressTarget,
+    parse_target,
+    target_error,
+)
 from rein_aharness.profiles.report_fields import ReportField
 from rein_aharness.profiles.secret_specs import SecretSpec, unique_secrets
 from rein_aharness.profiles.templates import template_error
@@ -32,6 +38,7 @@ __all__ = [
     "CommandSpec",
     "HarnessProfile",
     "LegacyApproach",
+    "NetworkAllowlist",
     "ReinIdentity",
     "SandboxLimits",
     "SandboxProfile",
@@ -134,22 +141,60 @@ class SandboxLimits(BaseModel):
         return mb * 1024 * 1024
 
 
+def _allow_entry(value: str) -> str:
+    problem = target_error(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _unique_targets(entries: list[str]) -> list[str]:
+    if len({parse_target(entry) for entry in entries}) != len(entries):
+        raise ValueError("entries must be unique")
+    return entries
+
+
+class NetworkAllowlist(BaseModel):
+    """`network: {allow: [host:port, ...]}`: no network of the sandbox's own; the listed
+    destinations only, through the worker's egress proxy (profiles/network.py)."""
+
+    model_config = _STRICT
+
+    allow: Annotated[
+        list[Annotated[str, Field(max_length=300), AfterValidator(_allow_entry)]],
+        Field(min_length=1, max_length=MAX_ALLOW_ENTRIES),
+        AfterValidator(_unique_targets),
+    ]
+
+    @property
+    def targets(self) -> tuple[EgressTarget, ...]:
+        return tuple(t for t in map(parse_target, self.allow) if t is not None)
+
+
 class SandboxProfile(BaseModel):
     """How an approach is confined: `bwrap` (bubblewrap, namespaces, no network unless
-    `network: true`) or `none` (development only: refused unless the worker is started
-    with REIN_AHARNESS_ALLOW_UNSANDBOXED=1)."""
+    `network: true`, or only the named hosts with `network: {allow: [...]}`) or `none`
+    (development only: refused unless the worker is started with
+    REIN_AHARNESS_ALLOW_UNSANDBOXED=1)."""
 
     model_config = _STRICT
 
     kind: Literal["bwrap", "none"]
-    network: bool = False
+    network: bool | NetworkAllowlist = False
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
 
     @model_validator(mode="after")
     def _consistent(self) -> SandboxProfile:
-        if self.kind == "none" and self.network:
+        if self.kind == "none" and self.network is not False:
             raise ValueError("`network` is for bwrap sandboxes; kind none confines nothing")
         return self
+
+    @property
+    def network_mode(self) -> Literal["none", "open", "allowlist"]:
+        """`open`: the host's network (`network: true`); `allowlist`: the egress proxy."""
+        if self.network is True:
+            return "open"
+        return "none" if self.network is False else "allowlist"
 
 
 class ReinIdentity(BaseModel):

@@ -29,7 +29,9 @@ What the approach gets, in mount order (later mounts cover earlier ones):
 
 Nothing else of the host exists inside: no /home, no state directory, no outbox, no
 credentials, no other worktree. Every namespace is unshared (user, mount, PID, network,
-IPC, UTS, cgroup); `--share-net` only for a profile with `network: true`. No capabilities,
+IPC, UTS, cgroup); `--share-net` only for a profile with `network: true`. A profile with
+an allowlist keeps its own network (loopback only) and gets the CA certificates, but no
+DNS files, and its egress proxy's socket and relay (egress.py). No capabilities,
 no nested user namespaces, a new session (no terminal injection), and the sandbox dies
 with the worker. bwrap waits on `block_fd` until the worker has applied the resource
 bounds to its first process, and reports that process's pid on `status_fd`.
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rein_aharness.profiles import SandboxProfile
+from rein_aharness.sandbox.egress import EgressMount
 from rein_aharness.sandbox.gitview import COMMON_ENTRIES
 from rein_aharness.sandbox.layout import OBJECTS, REPOSITORY, WORKSPACE, SandboxMounts
 from rein_aharness.sandbox.result_file import result_mount_arguments
@@ -74,6 +77,8 @@ _ETC_NETWORK = (
     "ca-certificates",
     "ca-certificates.conf",
 )
+# What TLS through the egress proxy needs of _ETC_NETWORK: no resolver, no hosts file.
+_ETC_CERTIFICATES = ("ssl", "ca-certificates", "ca-certificates.conf")
 
 
 @dataclass(frozen=True)
@@ -115,12 +120,14 @@ def bwrap_arguments(
     block_fd: int,
     status_fd: int,
     secret_fds: Sequence[int] = (),
+    egress: EgressMount | None = None,
 ) -> list[str]:
+    mode = profile.network_mode
     args = [
         os.fspath(bwrap),
         "--unshare-user",
         "--unshare-all",
-        *(["--share-net"] if profile.network else []),
+        *(["--share-net"] if mode == "open" else []),
         "--disable-userns",
         "--cap-drop",
         "ALL",
@@ -134,7 +141,12 @@ def bwrap_arguments(
         args += ["--symlink", target, link]
     for directory in system.directories:
         args += ["--ro-bind", directory, directory]
-    for entry in system.etc + (system.etc_network if profile.network else ()):
+    network_etc = {
+        "open": system.etc_network,
+        "allowlist": tuple(e for e in system.etc_network if e[5:] in _ETC_CERTIFICATES),
+        "none": (),
+    }[mode]
+    for entry in system.etc + network_etc:
         args += ["--ro-bind", entry, entry]
     tmpfs = str(profile.limits.tmpfs_bytes)
     # /dev is a tmpfs bwrap cannot size: it is made read-only (its device nodes are
@@ -168,6 +180,8 @@ def bwrap_arguments(
     if mounts.report_dir is not None:
         args += result_mount_arguments(mounts.report_dir)
     args += secret_mount_arguments(mounts.secrets, secret_fds)
+    if egress is not None:
+        args += egress.bwrap_args()
     args += [
         "--chdir",
         str(WORKSPACE),

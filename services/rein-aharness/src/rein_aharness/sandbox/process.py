@@ -24,18 +24,22 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 from anyio.abc import Process
 
+from ops_contracts import NetworkEgress
 from rein_aharness.profiles import SandboxChoice
+from rein_aharness.profiles.model import NetworkAllowlist
 from rein_aharness.repository import Workspace
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments, system_paths
 from rein_aharness.sandbox.cgroups import SandboxCgroups
+from rein_aharness.sandbox.egress import EgressMount, EgressUnavailable, attached_egress
+from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.gitview import sandbox_config
 from rein_aharness.sandbox.growth import WorktreeGrowth
 from rein_aharness.sandbox.layout import (
@@ -72,11 +76,22 @@ class Sandbox:
     bwrap: Path | None
     mounts: SandboxMounts
     growth: WorktreeGrowth | None = None  # None: no repository (the start-up probe)
+    # Every connection of every process of this sandbox through its egress proxy.
+    egress: EgressLog = field(default_factory=EgressLog)
 
     def process(
         self, argv: Sequence[str], env: Mapping[str, str]
     ) -> AbstractAsyncContextManager[Process]:
-        return sandboxed_process(self.choice, self.bwrap, self.mounts, argv, env)
+        return sandboxed_process(
+            self.choice, self.bwrap, self.mounts, argv, env, egress=self.egress
+        )
+
+    def network_evidence(self) -> NetworkEgress | None:
+        """`network_egress` of the evidence: none without network, `open` unmeasured."""
+        mode = self.choice.profile.network_mode if self.choice.confined else "none"
+        if mode == "none":
+            return None
+        return NetworkEgress(mode="open") if mode == "open" else self.egress.evidence()
 
     def git_env(self) -> dict[str, str]:
         """The git variables an approach needs in this sandbox (objects, alternates)."""
@@ -95,7 +110,12 @@ class Sandbox:
         return self.choice.evidence_name
 
 
-async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path | None) -> Sandbox:
+async def sandbox_over(
+    workspace: Workspace,
+    choice: SandboxChoice,
+    bwrap: Path | None,
+    on_egress: Callable[[ConnectionRecord], None] | None = None,
+) -> Sandbox:
     """The run's sandbox over its worktree; writes the `.git` file and the git config the
     sandbox shows (into the scratch directory, which the sandbox does not see), and
     measures the worktree's baseline for its growth bound (growth.py)."""
@@ -115,7 +135,9 @@ async def sandbox_over(workspace: Workspace, choice: SandboxChoice, bwrap: Path 
         choice.profile.limits.worktree_mb,
         choice.name,
     )
-    return Sandbox(choice, bwrap, SandboxMounts(workspace.path, git, report_dir), growth)
+    return Sandbox(
+        choice, bwrap, SandboxMounts(workspace.path, git, report_dir), growth, EgressLog(on_egress)
+    )
 
 
 _system: SystemPaths | None = None
@@ -135,7 +157,10 @@ async def sandboxed_process(
     mounts: SandboxMounts,
     argv: Sequence[str],
     env: Mapping[str, str],
+    *,
+    egress: EgressLog | None = None,
 ) -> AsyncIterator[Process]:
+    """`egress`: where an allowlisted sandbox's proxy counts its connections."""
     if not choice.confined:
         process = await _open(list(argv), env, cwd=mounts.worktree)
         try:
@@ -145,8 +170,19 @@ async def sandboxed_process(
         return
     if bwrap is None:
         raise SandboxUnavailable("no bwrap executable (set REIN_AHARNESS_BWRAP)")
-    async with _bwrap_process(choice, bwrap, mounts, argv, env) as process:
-        yield process
+    network = choice.profile.network
+    if not isinstance(network, NetworkAllowlist):
+        async with _bwrap_process(choice, bwrap, mounts, argv, env) as process:
+            yield process
+        return
+    try:
+        # The proxy outlives the process: the process's context ends (killed) first.
+        async with attached_egress(network, egress or EgressLog()) as mount:
+            wrapped, proxied = mount.wrap(argv), {**env, **mount.environment()}
+            async with _bwrap_process(choice, bwrap, mounts, wrapped, proxied, mount) as process:
+                yield process
+    except EgressUnavailable as exc:
+        raise SandboxUnavailable(str(exc)) from None
 
 
 async def _open(
@@ -175,6 +211,7 @@ async def _bwrap_process(
     mounts: SandboxMounts,
     argv: Sequence[str],
     env: Mapping[str, str],
+    egress: EgressMount | None = None,
 ) -> AsyncIterator[Process]:
     block_read, block_write = os.pipe2(os.O_CLOEXEC)
     status_read, status_write = os.pipe2(os.O_CLOEXEC)
@@ -194,6 +231,7 @@ async def _bwrap_process(
                 block_fd=block_read,
                 status_fd=status_write,
                 secret_fds=fds,
+                egress=egress,
             )
             try:
                 process = await _open(args, env, pass_fds=(block_read, status_write, *fds))

@@ -213,6 +213,7 @@ async def open_worker(
             environ=environ,
             bwrap=bwrap,
             on_sandbox_failure=gate.report_failure,
+            on_egress=metrics.egress_connection,
             source=source,
             changes_dir=state_dir / CHANGES_DIR,
             changes_max_bytes=settings.rein_aharness_changes_max_bytes,

@@ -30,6 +30,10 @@ Recorded as the worker works (loop.py, processor.py, lease.py):
                                               by an operator), failed (still pending),
                                               quarantined,
                                               skipped, set_aside (REPLAY_OUTCOMES)
+    ops_worker_egress_connections_total{outcome}  connections to an allowlisted sandbox's
+                                              egress proxy: allowed, refused, failed
+    ops_worker_egress_bytes_total{direction}  bytes it relayed: up (from the approach),
+                                              down
     ops_worker_execution_duration_seconds{selection}  histogram, profiled or legacy
     ops_worker_close_duration_seconds{path}   histogram, outbox or direct
 
@@ -73,6 +77,7 @@ from prometheus_client.registry import Collector
 
 from ops_runtime.threaded_servers import served_in_a_thread
 from rein_aharness.outbox import OutboxError, OutboxSnapshot, OutboxStore, ReplayReport
+from rein_aharness.sandbox.egress_log import ConnectionRecord
 
 __all__ = [
     "CLAIM_RESULTS",
@@ -229,6 +234,18 @@ class WorkerMetrics:
             ["result"],
             registry=self.registry,
         )
+        self._egress = Counter(
+            "ops_worker_egress_connections",
+            "connections to sandboxes' egress proxies, by outcome (allowed, refused, failed)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._egress_bytes = Counter(
+            "ops_worker_egress_bytes",
+            "bytes the egress proxies relayed, by direction (up: from the approach, down)",
+            ["direction"],
+            registry=self.registry,
+        )
         self._execution = Histogram(
             "ops_worker_execution_duration_seconds",
             "seconds a run's execution took, by selection (profiled, legacy)",
@@ -263,6 +280,10 @@ class WorkerMetrics:
             self._replays.labels(outcome=replayed)
         for selection in SELECTIONS:
             self._execution.labels(selection=selection)
+        for egress in ("allowed", "refused", "failed"):
+            self._egress.labels(outcome=egress)
+        for direction in ("up", "down"):
+            self._egress_bytes.labels(direction=direction)
 
     def claim(self, result: ClaimResult) -> None:
         self._claims.labels(result=result).inc()
@@ -287,6 +308,12 @@ class WorkerMetrics:
 
     def heartbeat(self, result: HeartbeatResult) -> None:
         self._heartbeats.labels(result=result).inc()
+
+    def egress_connection(self, record: ConnectionRecord) -> None:
+        """One connection to an egress proxy, when it ended (sandbox/egress_log.py)."""
+        self._egress.labels(outcome=record.outcome).inc()
+        self._egress_bytes.labels(direction="up").inc(record.bytes_up)
+        self._egress_bytes.labels(direction="down").inc(record.bytes_down)
 
     def executed(self, selection: Literal["profiled", "legacy"], seconds: float) -> None:
         self._execution.labels(selection=selection).observe(seconds)
