@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -33,15 +33,16 @@ from rein_worker_kit import (
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "profiles.yaml"
 KEY = "sk-example-agent-key-0123456789"
-ANSWER = {
+TEXT = "# Today's brief\n\nNothing happened.\n"
+ANSWER: dict[str, Any] = {
     "model": "provider-model-7",
-    "text": "# Today's brief\n\nNothing happened.\n",
+    "text": TEXT,
     "usage": {"input_tokens": 1200, "output_tokens": 345, "total_tokens": 1545},
 }
 
 
 class _Provider(http.server.BaseHTTPRequestHandler):
-    seen: list[tuple[str | None, dict[str, Any]]] = []
+    seen: ClassVar[list[tuple[str | None, dict[str, Any]]]] = []
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
@@ -112,7 +113,7 @@ async def test_the_example_agent_reports_what_its_provider_answered(
     assert authorization == f"Bearer {KEY}"
     assert asked["task"] == "write today's brief"
     [ref] = Repos.landings(repo)
-    assert git(repo, "show", f"{ref}:briefs/agent-brief.md") == ANSWER["text"].rstrip("\n")
+    assert git(repo, "show", f"{ref}:briefs/agent-brief.md") == TEXT.rstrip("\n")
     assert KEY not in json.dumps(row["result"], default=str)
     assert KEY not in git(repo, "log", "-p", "--all")
     evidence = row["result"]["execution_evidence"]
