@@ -95,7 +95,7 @@ def demo_without_extra(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _uv(venv, "sync", "--frozen", "--no-dev", "--package", "activity-core", "--quiet")
     python = str(venv / "bin" / "python")
     demo = str(REPO / "demo")
-    devsupport = str(REPO / "packages" / "devsupport")
+    devsupport = str(REPO / "testing" / "devsupport")
     _uv(venv, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", demo)
     # the demo's supervisor (the dev-support package) and the one library it needs
     _uv(venv, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", devsupport)

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import threading
 
+__all__ = ["main"]
+
 _CHUNK = 64 * 1024
 _MAX_CONNECTIONS = 32
 _slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
