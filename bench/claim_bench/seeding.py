@@ -56,7 +56,10 @@ class Database:
 
     async def reset(self, rows: int, *, chunk: int) -> None:
         """Empty ops_runs and seed `rows` open runs, then VACUUM ANALYZE (a fresh table)."""
-        await self.conn.execute("TRUNCATE ops_runs, ops_run_keys, task_spawn_log")
+        # every table that references ops_runs goes too (TRUNCATE refuses otherwise)
+        await self.conn.execute(
+            "TRUNCATE ops_runs, ops_run_keys, task_spawn_log, ops_run_changes, ops_run_publications"
+        )
         self._seeded = 0
         await self.add_runs(rows, chunk=chunk)
 
