@@ -346,4 +346,6 @@ async def phase_latency(db: Database, plan: Plan, results: Results) -> None:
         f"  p50 {ms(results.latency_small)} → {ms(results.latency_big)}: "
         f"ratio {results.latency_big / results.latency_small:.2f}x"
     )
-    await db.conn.execute("TRUNCATE ops_runs, ops_run_keys, task_spawn_log")
+    await db.conn.execute(
+        "TRUNCATE ops_runs, ops_run_keys, task_spawn_log, ops_run_changes, ops_run_publications"
+    )
