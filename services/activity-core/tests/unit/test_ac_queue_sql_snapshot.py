@@ -25,6 +25,7 @@ STATEMENTS = {
     "claim_many_unless_stale": queries.CLAIM_MANY_UNLESS_STALE,
     "reclaim_stale": queries.RECLAIM_STALE,
     "expire_leases": queries.EXPIRE_LEASES,
+    "release_undelivered": queries.RELEASE_UNDELIVERED,
 }
 
 

@@ -10,23 +10,27 @@ one round trip, and stale claims are always reopened before a claim selects.
 
 Once sent, a leasing statement is never repeated here: a claim repeated after it
 committed would lease a second set of runs to a worker that never learns of the first
-(db/unavailable.py, Unit.STATEMENTS). A claim with a wait long-polls on OpenRunSignal.
+(db/unavailable.py, Unit.STATEMENTS). A claim with a wait that found nothing waits in
+the process's claim dispatcher (dispatch.py), woken through OpenRunSignal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
+from activity_core.queue.claim_types import Claimer, ClaimKey
 from activity_core.queue.coalesce import Coalescer
+from activity_core.queue.dispatch import Dispatcher
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.projection import project
 from activity_core.queue.sightings import ClaimSightings
@@ -59,19 +63,9 @@ class ClaimSpec:
     wait_seconds: int
 
 
-class ClaimKey(NamedTuple):
-    """What claims must share to be served by one statement."""
-
-    labels_mode: str  # 'none' when the claim names no labels, else 'any' | 'all'
-    labels: tuple[str, ...]
-    limit: int
-
-
-class Claimer(NamedTuple):
-    """What each claimer brings to a shared statement."""
-
-    worker_id: str
-    lease_seconds: int
+def _key(spec: ClaimSpec) -> ClaimKey:
+    labels = tuple(spec.labels or ())
+    return ClaimKey("none" if not labels else spec.labels_mode.value, labels, spec.limit)
 
 
 def record_ended_leases(
@@ -110,27 +104,82 @@ class Claims:
         self._together: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
             self._lease_together, max_items=self._claimers_per_statement
         )
+        self._dispatcher = Dispatcher(
+            lease_together=self._lease_together,
+            reclaim=self._reclaim,
+            release=self._release,
+            claimers_per_statement=self._claimers_per_statement,
+        )
+        if signal is not None:
+            signal.subscribe(self._dispatcher.wake)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher
+
+    def drain(self) -> None:
+        self._dispatcher.close()
 
     async def claim(self, spec: ClaimSpec) -> list[dict[str, Any]]:
         if self._sightings is not None:
             # in memory only; written to ops_workers off the claim path (sightings.py)
             self._sightings.record(spec.worker_id, spec.labels, spec.labels_mode.value, spec.limit)
-        deadline = time.monotonic() + spec.wait_seconds
-        while True:
-            # Take the wake-up token before looking, so an emission between an empty
-            # claim and the wait is never missed.
-            waits = self._signal is not None and spec.wait_seconds and not self._signal.draining
-            token = self._signal.token() if self._signal and waits else None
-            runs = await self._claim_once(spec)
-            remaining = deadline - time.monotonic()
-            if runs or token is None or remaining <= 0:
-                return runs
-            if not await token.wait(remaining):
+        waits = self._signal is not None and spec.wait_seconds > 0 and not self._signal.draining
+        # Note the wake-ups seen before looking, so a run opened between an empty claim
+        # and the registration is still looked for (dispatch.py).
+        seen = self._dispatcher.generation
+        runs = await self._claim_once(spec)
+        if runs or not waits:
+            return runs
+        key = _key(spec)
+        waiter = self._dispatcher.register(
+            key, Claimer(spec.worker_id, spec.lease_seconds), seen=seen
+        )
+        try:
+            rows = await asyncio.wait_for(asyncio.shield(waiter.future), spec.wait_seconds)
+        except TimeoutError:
+            self._dispatcher.unregister(waiter)
+            # a pass may have handed rows at the very deadline: they are this waiter's
+            if waiter.future.done() and not waiter.future.cancelled():
+                rows = waiter.future.result()
+            else:
+                waiter.future.cancel()
                 return []
+        except asyncio.CancelledError:
+            # the request is gone: runs leased for it go back to the queue now
+            await asyncio.shield(self._dispatcher.abandon(waiter))
+            raise
+        return self._delivered(spec, rows)
+
+    async def _reclaim(self) -> int:
+        stale: list[asyncpg.Record] = []
+
+        async def reclaim(conn: PoolConnectionProxy[asyncpg.Record]) -> list[asyncpg.Record]:
+            while True:
+                batch = await conn.fetch(queries.RECLAIM_STALE, self._max_attempts)
+                stale.extend(batch)
+                if len(batch) < queries.RECLAIM_STALE_BATCH:
+                    return stale
+
+        await self._run(reclaim)
+        record_ended_leases(self._metrics, stale, trigger="claim")
+        return len(stale)
+
+    async def _release(self, worker_id: str, rows: list[asyncpg.Record]) -> None:
+        ids = [row["id"] for row in rows]
+        attempts = [row["attempt"] for row in rows]
+        released = await self._run(
+            lambda conn: conn.fetch(queries.RELEASE_UNDELIVERED, ids, worker_id, attempts)
+        )
+        for row in released:
+            log.info(
+                "undelivered claim released",
+                extra={"run_id": str(row["id"]), "worker_id": worker_id},
+            )
 
     async def _claim_once(self, spec: ClaimSpec) -> list[dict[str, Any]]:
-        labels = tuple(spec.labels or ())
-        key = ClaimKey("none" if not labels else spec.labels_mode.value, labels, spec.limit)
+        key = _key(spec)
+        labels = key.labels
         started = time.perf_counter()
         # Autocommit statements, no BEGIN/COMMIT round trips; when nothing is stale the
         # reclaim writes nothing.
@@ -160,6 +209,9 @@ class Claims:
             rows = await self._run(reclaim_then_claim)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         record_ended_leases(self._metrics, stale, trigger="claim")
+        return self._delivered(spec, rows)
+
+    def _delivered(self, spec: ClaimSpec, rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
         self._metrics.claimed.inc(len(rows))
         for row in rows:
             log.info(

@@ -31,6 +31,7 @@ __all__ = [
     "RECLAIM_STALE",
     "RECLAIM_STALE_BATCH",
     "RECORD_SIGHTINGS",
+    "RELEASE_UNDELIVERED",
     "REOPEN_AFTER_FAILURE",
     "REQUEUED_AS",
     "RUN_COLUMNS",
@@ -232,6 +233,20 @@ CLAIM_ONE_UNLESS_STALE = _lease_picked(
 # The common claim of several claimers in one round trip (see _CLAIM_MANY_TEMPLATE). A
 # claimer with no row back goes through RECLAIM_STALE and CLAIM on its own.
 CLAIM_MANY_UNLESS_STALE = _CLAIM_MANY_TEMPLATE.format(guard=_UNLESS_STALE)
+
+# Runs a dispatch pass leased for a long-poll waiter whose request was cancelled before
+# the answer went out (queue/dispatch.py): open again at once, attempt restored (the worker
+# never saw it), so the reopen's NOTIFY hands them to the next waiter. Only rows still
+# leased to that worker at that attempt: a run that meanwhile moved on is left alone.
+# $1 run ids, $2 worker, $3 their attempts (same order as $1)
+RELEASE_UNDELIVERED = """
+UPDATE ops_runs AS r
+SET state = 'open', claim_owner = NULL, lease_until = NULL, attempt = r.attempt - 1,
+    updated_at = now()
+FROM unnest($1::uuid[], $3::int[]) AS u(id, attempt)
+WHERE r.id = u.id AND r.state = 'claimed' AND r.claim_owner = $2 AND r.attempt = u.attempt
+RETURNING r.id
+"""
 
 # A close or heartbeat locks its one row for the rest of its short transaction, and reads
 # the clock of the same transaction so "lease ended" is judged by the database, not the app.

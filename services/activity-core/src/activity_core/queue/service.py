@@ -121,6 +121,7 @@ class QueueService:
     def drain_long_polls(self) -> None:
         if self._signal is not None:
             self._signal.drain()
+        self._claims.drain()
 
     @property
     def max_attempts(self) -> int:

@@ -2,8 +2,8 @@
 
 One dedicated connection per app instance LISTENs on `ops_runs_open` (a statement trigger
 notifies whenever a statement leaves a row open). Every notification completes the current
-`WakeToken` and starts a new one; a claimer takes a token before it looks at the queue,
-so a run that opens between its empty claim and its wait still wakes it. When the listener
+`WakeToken` and starts a new one, and calls the subscribers: the claim dispatcher
+(queue/dispatch.py) runs one claim pass for all of the process's waiters. When the listener
 connection is lost, waiters are woken too (they re-check) and the listener reconnects.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -60,6 +61,11 @@ class OpenRunSignal:
         self._task: asyncio.Task[None] | None = None
         self._first_attempt_done = asyncio.Event()
         self._draining = False
+        self._subscribers: list[Callable[[], None]] = []
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on every wake-up (queue/dispatch.py runs one claim pass)."""
+        self._subscribers.append(callback)
 
     def token(self) -> WakeToken:
         return self._token
@@ -76,6 +82,8 @@ class OpenRunSignal:
     def wake_all(self) -> None:
         token, self._token = self._token, WakeToken()
         token.fire()
+        for callback in self._subscribers:
+            callback()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ops-runs-listener")

@@ -1,0 +1,194 @@
+"""One claim per wake-up for the whole process, not one per waiting worker.
+
+Before this module every NOTIFY woke every long-poll waiter of the process and each ran its
+own claim: about two transactions per idle worker per opened run (issue 34). Now a waiter
+that found nothing registers here (its claim key, arrival order, a future) and waits on
+that future only; when a wake-up comes (a NOTIFY, or the listener's reconnect), one
+dispatch pass claims on the waiters' behalf: per claim key, one coalesced statement
+(queries.CLAIM_MANY_UNLESS_STALE) hands the runs in claim order to the oldest waiters of
+that key, in arrival order; keys are served oldest waiter first. Waiters that got nothing
+keep waiting without touching the database.
+
+The bound, per opened run and per API process: one leasing statement per distinct claim key
+(labels, mode, limit) with a registered waiter, plus one RECLAIM_STALE when that statement
+came back empty (it may have been held back by a stale claim, which must be reopened
+before any claim selects). With one key per fleet that is 1 statement for the process that
+wins the run and at most 2 for each other replica (its statement finds the row locked or
+gone: SKIP LOCKED makes it an index probe), so with R replicas at most 1 + 2(R-1) claim
+transactions besides the emission's own.
+
+No lost wake-up: a waiter notes the pass generation before its own first claim; when it
+registers after a wake-up that happened in between, it schedules a pass itself. A waiter
+whose request is cancelled after a pass leased runs for it gives them back at once
+(queries.RELEASE_UNDELIVERED reopens them with their attempt restored), which notifies
+again, so the next waiter, in this process or another, gets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from activity_core.queue.claim_types import Claimer, ClaimKey
+
+__all__ = ["Dispatcher", "Waiter"]
+
+log = logging.getLogger("activity_core.dispatch")
+
+LeaseTogether = Callable[[ClaimKey, list[Claimer]], Awaitable[list[list[asyncpg.Record]]]]
+Reclaim = Callable[[], Awaitable[int]]
+Release = Callable[[str, list[asyncpg.Record]], Coroutine[Any, Any, None]]
+
+
+@dataclass(eq=False)
+class Waiter:
+    key: ClaimKey
+    claimer: Claimer
+    order: int
+    future: asyncio.Future[list[asyncpg.Record]] = field(repr=False)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        lease_together: LeaseTogether,
+        reclaim: Reclaim,
+        release: Release,
+        claimers_per_statement: Callable[[ClaimKey], int],
+    ) -> None:
+        self._lease_together = lease_together
+        self._reclaim = reclaim
+        self._release = release
+        self._per_statement = claimers_per_statement
+        # dicts keep insertion order: each key's waiters are in arrival order
+        self._waiters: dict[ClaimKey, dict[int, Waiter]] = {}
+        self._arrivals = itertools.count()
+        self._generation = 0
+        self._dirty = False
+        self._pass: asyncio.Task[None] | None = None
+        self._closed = False
+        self._releases: set[asyncio.Task[None]] = set()
+
+    @property
+    def generation(self) -> int:
+        """Wake-ups seen so far; a waiter notes it before its own first claim."""
+        return self._generation
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def wake(self) -> None:
+        """Runs may have opened (a NOTIFY, or the listener reconnected): one pass."""
+        self._generation += 1
+        if self._waiters:
+            self._schedule()
+
+    def register(self, key: ClaimKey, claimer: Claimer, *, seen: int) -> Waiter:
+        future: asyncio.Future[list[asyncpg.Record]] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(key, claimer, next(self._arrivals), future)
+        if self._closed:
+            future.set_result([])
+            return waiter
+        self._waiters.setdefault(key, {})[waiter.order] = waiter
+        if seen != self._generation:
+            # a wake-up came between the waiter's own claim and now: look again for it
+            self._schedule()
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        lane = self._waiters.get(waiter.key)
+        if lane is not None:
+            lane.pop(waiter.order, None)
+            if not lane:
+                del self._waiters[waiter.key]
+
+    async def abandon(self, waiter: Waiter) -> None:
+        """The waiter's request is gone (cancelled): give back whatever a pass leased it."""
+        self.unregister(waiter)
+        if waiter.future.done() and not waiter.future.cancelled():
+            rows = waiter.future.result()
+            if rows:
+                await self._release(waiter.claimer.worker_id, rows)
+        else:
+            waiter.future.cancel()
+
+    def close(self) -> None:
+        """Shutdown: every waiter answers empty now, and new ones do not wait."""
+        self._closed = True
+        for lane in self._waiters.values():
+            for waiter in lane.values():
+                if not waiter.future.done():
+                    waiter.future.set_result([])
+        self._waiters.clear()
+
+    async def stop(self) -> None:
+        self.close()
+        if self._pass is not None:
+            self._pass.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pass
+
+    def _schedule(self) -> None:
+        self._dirty = True
+        if self._pass is None or self._pass.done():
+            self._pass = asyncio.create_task(self._passes(), name="ops-claim-dispatch")
+
+    async def _passes(self) -> None:
+        while self._dirty and not self._closed:
+            self._dirty = False
+            try:
+                await self._one_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # the waiters keep waiting; their deadline ends them, or the next wake-up
+                log.exception("claim dispatch pass failed")
+
+    async def _one_pass(self) -> None:
+        keys = sorted(self._waiters, key=lambda k: next(iter(self._waiters[k])))
+        reclaimed = False
+        for key in keys:
+            while True:
+                batch = self._oldest(key)
+                if not batch:
+                    break
+                leased = await self._lease_together(key, [w.claimer for w in batch])
+                handed = self._hand_out(batch, leased)
+                if handed == 0 and not reclaimed:
+                    # maybe held back by a stale claim: reopen them (that notifies again)
+                    reclaimed = True
+                    await self._reclaim()
+                if handed < len(batch):
+                    break  # the key's open runs are all taken
+
+    def _oldest(self, key: ClaimKey) -> list[Waiter]:
+        lane = self._waiters.get(key, {})
+        return list(itertools.islice(lane.values(), self._per_statement(key)))
+
+    def _hand_out(self, batch: list[Waiter], leased: list[list[asyncpg.Record]]) -> int:
+        handed = 0
+        for waiter, rows in zip(batch, leased, strict=True):
+            if not rows:
+                continue
+            handed += 1
+            self.unregister(waiter)
+            if waiter.future.done():
+                # cancelled while the statement ran: not this waiter's, back to the queue
+                self._release_later(waiter.claimer.worker_id, rows)
+            else:
+                waiter.future.set_result(rows)
+        return handed
+
+    def _release_later(self, worker_id: str, rows: list[asyncpg.Record]) -> None:
+        task = asyncio.create_task(self._release(worker_id, rows))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)

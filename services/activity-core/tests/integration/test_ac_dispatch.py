@@ -1,0 +1,281 @@
+"""Long-poll waiters are served by the process's claim dispatcher (queue/dispatch.py): one
+opened run costs a bounded number of transactions whatever the number of idle waiters, the
+oldest matching waiter gets it, no wake-up is lost (listener reconnect, label filters,
+limits, waiters that leave), and a run leased for a waiter that left goes back at once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ac_testkit import SeededQueue
+from activity_core.db.pool import create_pool
+from activity_core.queue.claim import ClaimSpec
+from activity_core.queue.claim_types import Claimer, ClaimKey
+from activity_core.queue.metrics import QueueMetrics
+from activity_core.queue.service import QueueService
+from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME, OpenRunSignal
+from ops_contracts import LabelsMode
+
+
+def spec(
+    worker_id: str,
+    *,
+    labels: list[str] | None = None,
+    mode: LabelsMode = LabelsMode.any,
+    limit: int = 1,
+    wait: int = 20,
+) -> ClaimSpec:
+    return ClaimSpec(
+        worker_id=worker_id,
+        labels=labels,
+        labels_mode=mode,
+        limit=limit,
+        lease_seconds=900,
+        wait_seconds=wait,
+    )
+
+
+@pytest.fixture
+async def queue(pool: asyncpg.Pool, db_dsn: str) -> AsyncIterator[QueueService]:
+    signal = OpenRunSignal(dsn=db_dsn, reconnect_delay=0.2)
+    await signal.start()
+    service = QueueService(pool, max_attempts=3, metrics=QueueMetrics(), signal=signal)
+    try:
+        yield service
+    finally:
+        service.drain_long_polls()
+        await signal.stop()
+
+
+async def until_waiting(queue: QueueService, n: int) -> None:
+    for _ in range(200):
+        if queue._claims.dispatcher.waiting == n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{queue._claims.dispatcher.waiting} waiting, not {n}")
+
+
+async def committed(conn: asyncpg.Connection, settle: float = 10.5) -> int:
+    # A backend that went idle within a second of its last flush sends its counters 10 s
+    # later (PostgreSQL 15, PGSTAT_IDLE_INTERVAL): wait them out.
+    await asyncio.sleep(settle)
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    value = await conn.fetchval(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    )
+    return int(value)
+
+
+async def test_one_opened_run_costs_a_bounded_number_of_transactions_for_many_waiters(
+    db_dsn: str, seeded: SeededQueue
+) -> None:
+    """100 idle waiters, runs opened one at a time: one claim transaction per run."""
+    await seeded.definition()
+    # Two connections, warmed first: preparing a statement on a fresh connection is a
+    # transaction of its own, which is not what is measured here.
+    small = await create_pool(db_dsn, min_size=2, max_size=2)
+    signal = OpenRunSignal(dsn=db_dsn)
+    await signal.start()
+    queue = QueueService(small, max_attempts=3, metrics=QueueMetrics(), signal=signal)
+    waiters = [asyncio.create_task(queue.claim(spec(f"w{i}"))) for i in range(100)]
+    try:
+        await until_waiting(queue, 100)
+        for _ in range(3):
+            await open_one_and_wait(queue, seeded)
+        before = await committed(seeded.conn)
+        rounds = 5
+        for _ in range(rounds):
+            await open_one_and_wait(queue, seeded)
+        after = await committed(seeded.conn)
+        # counted besides the claims: the two transactions that read `before`, the emissions
+        claim_transactions = after - before - 2 - rounds
+        # one claim statement per run; the slack covers a statement still to be prepared
+        # on one of the two connections (a transaction of its own). Before the dispatcher
+        # this was about 2 per waiter per run: 1,000 here.
+        assert claim_transactions <= rounds + 2, claim_transactions
+    finally:
+        queue.drain_long_polls()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        await signal.stop()
+        await small.close()
+
+
+async def open_one_and_wait(queue: QueueService, seeded: SeededQueue) -> None:
+    """Open a run, see the oldest waiter get it and the others keep waiting."""
+    dispatcher = queue._claims.dispatcher
+    n = dispatcher.waiting
+    [lane] = dispatcher._waiters.values()
+    oldest = next(iter(lane.values()))
+    run_id = await seeded.run()
+    [run] = await asyncio.wait_for(asyncio.shield(oldest.future), 5)
+    assert (run["id"], run["claim_owner"]) == (run_id, oldest.claimer.worker_id)
+    await asyncio.sleep(0.05)
+    assert dispatcher.waiting == n - 1
+
+
+async def test_a_run_leased_for_a_waiter_that_left_goes_back_to_the_queue_at_once(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    dispatcher = queue._claims.dispatcher
+    # what Claims.claim registers after its own empty claim; abandon() is what its
+    # cancellation handler runs when the request is cancelled after the hand-out
+    waiter = dispatcher.register(
+        ClaimKey("none", (), 1), Claimer("leaving", 900), seen=dispatcher.generation
+    )
+    run_id = await seeded.run()
+    [leased] = await asyncio.wait_for(waiter.future, 5)
+    assert leased["claim_owner"] == "leaving"
+    await dispatcher.abandon(waiter)
+    row = await seeded.row(run_id)
+    assert (row["state"], row["claim_owner"], row["attempt"]) == ("open", None, 0)
+    # and the next waiter gets it, as a first attempt
+    [run] = await asyncio.wait_for(queue.claim(spec("next")), 5)
+    assert (run["id"], run["attempt"], run["claim_owner"]) == (run_id, 1, "next")
+
+
+async def test_a_waiter_cancelled_while_the_pass_claims_for_it_loses_no_run(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    leaving = asyncio.create_task(queue.claim(spec("leaving")))
+    await until_waiting(queue, 1)
+    staying = asyncio.create_task(queue.claim(spec("staying")))
+    await until_waiting(queue, 2)
+    run_id = await seeded.run()
+    leaving.cancel()  # before or during the pass: either way the run is not lost
+    [run] = await asyncio.wait_for(staying, 5)
+    assert run["id"] == run_id
+    row = await seeded.row(run_id)
+    assert (row["state"], row["claim_owner"], row["attempt"]) == ("claimed", "staying", 1)
+
+
+async def test_a_listener_reconnect_sweeps_for_runs_opened_while_it_was_down(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    waiting = asyncio.create_task(queue.claim(spec("w", labels=["gpu"])))
+    await until_waiting(queue, 1)
+    killed = await seeded.conn.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND datname = current_database()",
+        LISTENER_APPLICATION_NAME,
+    )
+    assert killed == 1
+    # opened while nobody listens: its NOTIFY is lost, the reconnect's sweep finds it
+    run_id = await seeded.run(labels=["gpu"])
+    [run] = await asyncio.wait_for(waiting, 10)
+    assert run["id"] == run_id
+
+
+async def test_a_run_opened_while_no_waiter_matched_is_taken_by_the_next_matching_claim(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    await seeded.definition()
+    other = asyncio.create_task(queue.claim(spec("cpu", labels=["cpu"], wait=2)))
+    await until_waiting(queue, 1)
+    run_id = await seeded.run(labels=["gpu"])
+    assert await other == []
+    [run] = await queue.claim(spec("gpu", labels=["gpu"]))
+    assert run["id"] == run_id
+
+
+LABELS = ["a", "b", "c"]
+
+waiter_specs = st.tuples(
+    st.lists(st.sampled_from(LABELS), max_size=2, unique=True),  # [] = no filter
+    st.sampled_from([LabelsMode.any, LabelsMode.all]),
+    st.integers(1, 3),  # limit
+    st.booleans(),  # leaves (cancelled) mid-way
+)
+run_specs = st.lists(st.sampled_from(LABELS), min_size=1, max_size=2, unique=True)
+
+
+def matches(run_labels: list[str], labels: list[str], mode: LabelsMode) -> bool:
+    if not labels:
+        return True
+    if mode is LabelsMode.any:
+        return bool(set(labels) & set(run_labels))
+    return set(labels) <= set(run_labels)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    waiters=st.lists(waiter_specs, min_size=1, max_size=8),
+    runs=st.lists(run_specs, min_size=1, max_size=8),
+    seed=st.integers(0, 2**16),
+)
+async def test_every_open_run_is_taken_while_a_matching_waiter_waits(
+    queue: QueueService,
+    seeded: SeededQueue,
+    waiters: list[tuple[list[str], LabelsMode, int, bool]],
+    runs: list[list[str]],
+    seed: int,
+) -> None:
+    await seeded.definition()
+    await seeded.conn.execute("DELETE FROM ops_runs")
+    rng = random.Random(seed)
+    tasks: list[tuple[asyncio.Task[list[dict[str, Any]]], tuple[Any, ...]]] = []
+    events: list[tuple[str, Any]] = [("waiter", w) for w in waiters] + [("run", r) for r in runs]
+    rng.shuffle(events)
+    opened: dict[uuid.UUID, list[str]] = {}
+    for n, (kind, item) in enumerate(events):
+        if kind == "waiter":
+            labels, mode, limit, _ = item
+            task = asyncio.create_task(
+                queue.claim(spec(f"w{n}", labels=labels, mode=mode, limit=limit, wait=30))
+            )
+            tasks.append((task, item))
+        else:
+            opened[await seeded.run(labels=item)] = item
+        await asyncio.sleep(rng.choice([0, 0.01, 0.05]))
+        for task, (_, _, _, leaves) in tasks:
+            if leaves and not task.done() and rng.random() < 0.3:
+                task.cancel()
+    # settle: every pass and every release has run
+    await asyncio.sleep(0.5)
+    handed: dict[uuid.UUID, str] = {}
+    for task, (labels, mode, limit, _) in tasks:
+        if not task.done():
+            continue
+        if task.cancelled():
+            continue
+        got = task.result()
+        assert len(got) <= limit
+        for run in got:
+            assert run["id"] not in handed, "a run handed to two waiters"
+            handed[run["id"]] = run["claim_owner"]
+            assert matches(opened[run["id"]], labels, mode), (run, labels, mode)
+    rows = await seeded.conn.fetch("SELECT id, state, claim_owner, labels FROM ops_runs")
+    still_waiting = [item for task, item in tasks if not task.done()]
+    for row in rows:
+        if row["state"] == "claimed":
+            # leased only to a waiter that got it in its answer
+            assert handed.get(row["id"]) == row["claim_owner"], row
+        else:
+            assert row["state"] == "open"
+            for labels, mode, _, _ in still_waiting:
+                assert not matches(opened[row["id"]], labels, mode), (
+                    "an open run while a matching waiter waits",
+                    row,
+                    labels,
+                    mode,
+                )
+    for task, _ in tasks:
+        task.cancel()
+    await asyncio.gather(*(t for t, _ in tasks), return_exceptions=True)
+    await asyncio.sleep(0.1)
+    assert queue._claims.dispatcher.waiting == 0
