@@ -159,6 +159,37 @@ async def test_a_waiter_cancelled_while_the_pass_claims_for_it_loses_no_run(
     assert (row["state"], row["claim_owner"], row["attempt"]) == ("claimed", "staying", 1)
 
 
+async def test_a_claim_cancelled_while_its_own_statement_runs_gives_the_run_back(
+    queue: QueueService, seeded: SeededQueue, db_dsn: str
+) -> None:
+    """The client went away while the claim's own leasing statement was on its way: the
+    run it leased is open again at once (not leased, unseen, for the whole lease)."""
+    await seeded.definition()
+    run_id = await seeded.run()
+    blocker = await asyncpg.connect(db_dsn)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        # FOR UPDATE waits behind this lock: the claim's statement is sent and held
+        await blocker.execute("LOCK TABLE ops_runs IN EXCLUSIVE MODE")
+        leaving = asyncio.create_task(queue.claim(spec("leaving", wait=0)))
+        await asyncio.sleep(0.3)
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        await tx.commit()
+    finally:
+        await blocker.close()
+    for _ in range(100):
+        row = await seeded.row(run_id)
+        if row["state"] == "open":
+            break
+        await asyncio.sleep(0.05)
+    assert (row["state"], row["claim_owner"], row["attempt"]) == ("open", None, 0)
+    [run] = await queue.claim(spec("next", wait=0))
+    assert (run["id"], run["attempt"], run["claim_owner"]) == (run_id, 1, "next")
+
+
 async def test_a_listener_reconnect_sweeps_for_runs_opened_while_it_was_down(
     queue: QueueService, seeded: SeededQueue
 ) -> None:
@@ -229,53 +260,57 @@ async def test_every_open_run_is_taken_while_a_matching_waiter_waits(
     await seeded.conn.execute("DELETE FROM ops_runs")
     rng = random.Random(seed)
     tasks: list[tuple[asyncio.Task[list[dict[str, Any]]], tuple[Any, ...]]] = []
-    events: list[tuple[str, Any]] = [("waiter", w) for w in waiters] + [("run", r) for r in runs]
-    rng.shuffle(events)
-    opened: dict[uuid.UUID, list[str]] = {}
-    for n, (kind, item) in enumerate(events):
-        if kind == "waiter":
-            labels, mode, limit, _ = item
-            task = asyncio.create_task(
-                queue.claim(spec(f"w{n}", labels=labels, mode=mode, limit=limit, wait=30))
-            )
-            tasks.append((task, item))
-        else:
-            opened[await seeded.run(labels=item)] = item
-        await asyncio.sleep(rng.choice([0, 0.01, 0.05]))
-        for task, (_, _, _, leaves) in tasks:
-            if leaves and not task.done() and rng.random() < 0.3:
-                task.cancel()
-    # settle: every pass and every release has run
-    await asyncio.sleep(0.5)
-    handed: dict[uuid.UUID, str] = {}
-    for task, (labels, mode, limit, _) in tasks:
-        if not task.done():
-            continue
-        if task.cancelled():
-            continue
-        got = task.result()
-        assert len(got) <= limit
-        for run in got:
-            assert run["id"] not in handed, "a run handed to two waiters"
-            handed[run["id"]] = run["claim_owner"]
-            assert matches(opened[run["id"]], labels, mode), (run, labels, mode)
-    rows = await seeded.conn.fetch("SELECT id, state, claim_owner, labels FROM ops_runs")
-    still_waiting = [item for task, item in tasks if not task.done()]
-    for row in rows:
-        if row["state"] == "claimed":
-            # leased only to a waiter that got it in its answer
-            assert handed.get(row["id"]) == row["claim_owner"], row
-        else:
-            assert row["state"] == "open"
-            for labels, mode, _, _ in still_waiting:
-                assert not matches(opened[row["id"]], labels, mode), (
-                    "an open run while a matching waiter waits",
-                    row,
-                    labels,
-                    mode,
+    try:
+        events: list[tuple[str, Any]] = [("waiter", w) for w in waiters]
+        events += [("run", r) for r in runs]
+        rng.shuffle(events)
+        opened: dict[uuid.UUID, list[str]] = {}
+        for n, (kind, item) in enumerate(events):
+            if kind == "waiter":
+                labels, mode, limit, _ = item
+                task = asyncio.create_task(
+                    queue.claim(spec(f"w{n}", labels=labels, mode=mode, limit=limit, wait=30))
                 )
-    for task, _ in tasks:
-        task.cancel()
-    await asyncio.gather(*(t for t, _ in tasks), return_exceptions=True)
-    await asyncio.sleep(0.1)
+                tasks.append((task, item))
+            else:
+                opened[await seeded.run(labels=item)] = item
+            await asyncio.sleep(rng.choice([0, 0.01, 0.05]))
+            for task, (_, _, _, leaves) in tasks:
+                if leaves and not task.done() and rng.random() < 0.3:
+                    task.cancel()
+        # settle: every pass and every release has run
+        await asyncio.sleep(0.5)
+        handed: dict[uuid.UUID, str] = {}
+        for task, (labels, mode, limit, _) in tasks:
+            if not task.done():
+                continue
+            if task.cancelled():
+                continue
+            got = task.result()
+            assert len(got) <= limit
+            for run in got:
+                assert run["id"] not in handed, "a run handed to two waiters"
+                handed[run["id"]] = run["claim_owner"]
+                assert matches(opened[run["id"]], labels, mode), (run, labels, mode)
+        rows = await seeded.conn.fetch("SELECT id, state, claim_owner, labels FROM ops_runs")
+        still_waiting = [item for task, item in tasks if not task.done()]
+        for row in rows:
+            if row["state"] == "claimed":
+                # leased only to a waiter that got it in its answer
+                assert handed.get(row["id"]) == row["claim_owner"], row
+            else:
+                assert row["state"] == "open"
+                for labels, mode, _, _ in still_waiting:
+                    assert not matches(opened[row["id"]], labels, mode), (
+                        "an open run while a matching waiter waits",
+                        row,
+                        labels,
+                        mode,
+                    )
+    finally:
+        # also when an assertion failed: the fixture's queue serves the next example
+        for task, _ in tasks:
+            task.cancel()
+        await asyncio.gather(*(t for t, _ in tasks), return_exceptions=True)
+        await asyncio.sleep(0.1)
     assert queue._claims.dispatcher.waiting == 0

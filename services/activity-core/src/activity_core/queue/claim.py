@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,7 @@ class Claims:
         self._together: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
             self._lease_together, max_items=self._claimers_per_statement
         )
+        self._releases: set[asyncio.Future[None]] = set()
         self._dispatcher = Dispatcher(
             lease_together=self._lease_together,
             reclaim=self._reclaim,
@@ -128,9 +129,9 @@ class Claims:
         # Note the wake-ups seen before looking, so a run opened between an empty claim
         # and the registration is still looked for (dispatch.py).
         seen = self._dispatcher.generation
-        runs = await self._claim_once(spec)
-        if runs or not waits:
-            return runs
+        own = await self._leased_unless_gone(spec.worker_id, self._claim_once(spec))
+        if own or not waits:
+            return self._delivered(spec, own)
         key = _key(spec)
         waiter = self._dispatcher.register(
             key, Claimer(spec.worker_id, spec.lease_seconds), seen=seen
@@ -150,6 +151,28 @@ class Claims:
             await asyncio.shield(self._dispatcher.abandon(waiter))
             raise
         return self._delivered(spec, rows)
+
+    async def _leased_unless_gone(
+        self, worker_id: str, leasing: Coroutine[Any, Any, list[asyncpg.Record]]
+    ) -> list[asyncpg.Record]:
+        """Run a leasing statement to its end even when the request is cancelled meanwhile
+        (its client went away): the rows it leased for a request that is gone are released
+        at once instead of staying leased, unseen, until their lease runs out."""
+        task = asyncio.ensure_future(leasing)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda done: self._release_if_leased(worker_id, done))
+            raise
+
+    def _release_if_leased(
+        self, worker_id: str, done: asyncio.Future[list[asyncpg.Record]]
+    ) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result():
+            return
+        release = asyncio.ensure_future(self._release(worker_id, done.result()))
+        self._releases.add(release)
+        release.add_done_callback(self._releases.discard)
 
     async def _reclaim(self) -> int:
         stale: list[asyncpg.Record] = []
@@ -177,7 +200,7 @@ class Claims:
                 extra={"run_id": str(row["id"]), "worker_id": worker_id},
             )
 
-    async def _claim_once(self, spec: ClaimSpec) -> list[dict[str, Any]]:
+    async def _claim_once(self, spec: ClaimSpec) -> list[asyncpg.Record]:
         key = _key(spec)
         labels = key.labels
         started = time.perf_counter()
@@ -209,7 +232,7 @@ class Claims:
             rows = await self._run(reclaim_then_claim)
         self._metrics.claim_latency.observe(time.perf_counter() - started)
         record_ended_leases(self._metrics, stale, trigger="claim")
-        return self._delivered(spec, rows)
+        return rows
 
     def _delivered(self, spec: ClaimSpec, rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
         self._metrics.claimed.inc(len(rows))

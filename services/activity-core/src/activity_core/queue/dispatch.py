@@ -42,6 +42,9 @@ __all__ = ["Dispatcher", "Waiter"]
 
 log = logging.getLogger("activity_core.dispatch")
 
+# After a pass failed (the database away), the next one for the waiters still waiting.
+PASS_RETRY_SECONDS = 1.0
+
 LeaseTogether = Callable[[ClaimKey, list[Claimer]], Awaitable[list[list[asyncpg.Record]]]]
 Reclaim = Callable[[], Awaitable[int]]
 Release = Callable[[str, list[asyncpg.Record]], Coroutine[Any, Any, None]]
@@ -76,6 +79,7 @@ class Dispatcher:
         self._pass: asyncio.Task[None] | None = None
         self._closed = False
         self._releases: set[asyncio.Task[None]] = set()
+        self._retry: asyncio.TimerHandle | None = None
 
     @property
     def generation(self) -> int:
@@ -124,6 +128,8 @@ class Dispatcher:
     def close(self) -> None:
         """Shutdown: every waiter answers empty now, and new ones do not wait."""
         self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
         for lane in self._waiters.values():
             for waiter in lane.values():
                 if not waiter.future.done():
@@ -150,8 +156,19 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                # the waiters keep waiting; their deadline ends them, or the next wake-up
+                # the waiters keep waiting and the pass is tried again shortly (a run that
+                # opened meanwhile sent its one NOTIFY already); their deadline ends them
                 log.exception("claim dispatch pass failed")
+                self._retry_later()
+
+    def _retry_later(self) -> None:
+        if self._retry is None or self._retry.cancelled():
+            self._retry = asyncio.get_running_loop().call_later(PASS_RETRY_SECONDS, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        if self._waiters and not self._closed:
+            self._schedule()
 
     async def _one_pass(self) -> None:
         keys = sorted(self._waiters, key=lambda k: next(iter(self._waiters[k])))
