@@ -6,6 +6,7 @@ limits, waiters that leave), and a run leased for a waiter that left goes back a
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from activity_core.queue.claim import ClaimSpec
 from activity_core.queue.claim_types import Claimer, ClaimKey
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.service import QueueService
-from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME, OpenRunSignal
+from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME, OpenRunSignal, opened_labels
 from ops_contracts import LabelsMode
 
 
@@ -160,10 +161,11 @@ async def test_a_waiter_cancelled_while_the_pass_claims_for_it_loses_no_run(
 
 
 async def test_a_claim_cancelled_while_its_own_statement_runs_gives_the_run_back(
-    queue: QueueService, seeded: SeededQueue, db_dsn: str
+    queue: QueueService, seeded: SeededQueue, db_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The client went away while the claim's own leasing statement was on its way: the
     run it leased is open again at once (not leased, unseen, for the whole lease)."""
+    caplog.set_level(logging.INFO, logger="activity_core.queue")
     await seeded.definition()
     run_id = await seeded.run()
     blocker = await asyncpg.connect(db_dsn)
@@ -180,11 +182,12 @@ async def test_a_claim_cancelled_while_its_own_statement_runs_gives_the_run_back
         await tx.commit()
     finally:
         await blocker.close()
+    # the statement, let through now, leases the run; the release follows it
     for _ in range(100):
-        row = await seeded.row(run_id)
-        if row["state"] == "open":
+        if any(r.getMessage() == "undelivered claim released" for r in caplog.records):
             break
         await asyncio.sleep(0.05)
+    row = await seeded.row(run_id)
     assert (row["state"], row["claim_owner"], row["attempt"]) == ("open", None, 0)
     [run] = await queue.claim(spec("next", wait=0))
     assert (run["id"], run["attempt"], run["claim_owner"]) == (run_id, 1, "next")
@@ -218,6 +221,141 @@ async def test_a_run_opened_while_no_waiter_matched_is_taken_by_the_next_matchin
     assert await other == []
     [run] = await queue.claim(spec("gpu", labels=["gpu"]))
     assert run["id"] == run_id
+
+
+def dispatch_statements(queue: QueueService) -> int:
+    labels = {"statement": "dispatch"}
+    registry = queue._claims._metrics.registry
+    return int(registry.get_sample_value("ops_run_requests_per_statement_count", labels) or 0)
+
+
+async def test_a_run_costs_no_statement_for_the_keys_it_cannot_match(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    """The NOTIFY names the opened run's labels (migration 0013): waiters whose key cannot
+    match it cost nothing; the one that can gets it in one statement."""
+    await seeded.definition()
+    cpu = [asyncio.create_task(queue.claim(spec(f"cpu{i}", labels=["cpu"]))) for i in range(5)]
+    both = asyncio.create_task(
+        queue.claim(spec("both", labels=["gpu", "big"], mode=LabelsMode.all))
+    )
+    await until_waiting(queue, 6)
+    before = dispatch_statements(queue)
+    no_match = await seeded.run(labels=["gpu"])  # 'all' of gpu+big: not this one
+    await asyncio.sleep(0.3)
+    assert dispatch_statements(queue) == before
+    run_id = await seeded.run(labels=["big", "gpu"])
+    [run] = await asyncio.wait_for(both, 5)
+    assert run["id"] == run_id
+    assert dispatch_statements(queue) == before + 1
+    assert all(not task.done() for task in cpu)
+    assert (await seeded.row(no_match))["state"] == "open"
+    for task in cpu:
+        task.cancel()
+    await asyncio.gather(*cpu, return_exceptions=True)
+
+
+async def test_a_stale_claim_that_holds_the_pass_back_is_reopened_and_handed_first(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    """A pass whose statement a stale claim held back reopens it and serves the waiter
+    in claim order: the older, stale run first (its second attempt)."""
+    await seeded.definition()
+    [stale_id] = await seeded.runs(1)
+    [claimed] = await queue.claim(spec("dead", wait=0))
+    assert claimed["id"] == stale_id
+    waiting = asyncio.create_task(queue.claim(spec("alive")))
+    await until_waiting(queue, 1)
+    await seeded.expire_lease(stale_id)
+    fresh_id = await seeded.run()
+    [run] = await asyncio.wait_for(waiting, 5)
+    assert (run["id"], run["attempt"], run["claim_owner"]) == (stale_id, 2, "alive")
+    assert (await seeded.row(fresh_id))["state"] == "open"
+
+
+async def test_two_replicas_cost_one_claim_transaction_each_per_opened_run(
+    db_dsn: str, seeded: SeededQueue
+) -> None:
+    """Two API processes' dispatchers (each its own pool and listener) on one database,
+    50 waiters each: an opened run costs the winner one statement and the other one
+    statement that finds it taken, never a reclaim (issue 34: at most 3 transactions per
+    opened run with the emission, with two processes)."""
+    await seeded.definition()
+    replicas = []
+    for _ in range(2):
+        small = await create_pool(db_dsn, min_size=2, max_size=2)
+        signal = OpenRunSignal(dsn=db_dsn)
+        await signal.start()
+        service = QueueService(small, max_attempts=3, metrics=QueueMetrics(), signal=signal)
+        replicas.append((small, signal, service))
+    waiters = [
+        asyncio.create_task(service.claim(spec(f"r{n}w{i}")))
+        for n, (_, _, service) in enumerate(replicas)
+        for i in range(50)
+    ]
+    try:
+        for _, _, service in replicas:
+            await until_waiting(service, 50)
+        # warm every connection's statements (a first prepare is a transaction of its own)
+        for _ in range(6):
+            await open_one_and_wait_any(replicas, seeded)
+        before = await committed(seeded.conn)
+        rounds = 5
+        opened = [await open_one_and_wait_any(replicas, seeded, check=False) for _ in range(rounds)]
+        after = await committed(seeded.conn)
+        per_run = (after - before - 2) / rounds  # the two reads of `before`
+        # the emission, the winner's claim, the other replica's empty claim
+        assert per_run <= 3, per_run
+        for run_id in opened:
+            assert (await seeded.row(run_id))["state"] == "claimed"
+    finally:
+        for _, _, service in replicas:
+            service.drain_long_polls()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        for small, listener, _ in replicas:
+            await listener.stop()
+            await small.close()
+
+
+async def open_one_and_wait_any(
+    replicas: list[tuple[asyncpg.Pool, OpenRunSignal, QueueService]],
+    seeded: SeededQueue,
+    *,
+    check: bool = True,
+) -> uuid.UUID:
+    """Open a run and see one waiter of one replica get it (`check`: read its row, a
+    transaction of its own, so not while transactions are counted)."""
+    waiting = sum(service._claims.dispatcher.waiting for _, _, service in replicas)
+    run_id = await seeded.run()
+    for _ in range(200):
+        if sum(s._claims.dispatcher.waiting for _, _, s in replicas) == waiting - 1:
+            break
+        await asyncio.sleep(0.01)
+    if check:
+        row = await seeded.row(run_id)
+        assert row["state"] == "claimed", row
+    await asyncio.sleep(0.1)  # the other replica's pass has run
+    assert sum(s._claims.dispatcher.waiting for _, _, s in replicas) == waiting - 1
+    return run_id
+
+
+async def test_the_notification_names_the_opened_runs_labels(
+    seeded: SeededQueue, db_dsn: str
+) -> None:
+    await seeded.definition()
+    listener = await asyncpg.connect(db_dsn)
+    payloads: asyncio.Queue[str] = asyncio.Queue()
+    try:
+        await listener.add_listener("ops_runs_open", lambda *args: payloads.put_nowait(args[3]))
+        await seeded.run(labels=["gpu", "big"])
+        assert opened_labels(await asyncio.wait_for(payloads.get(), 5)) == {"gpu", "big"}
+        await seeded.run(labels=[])
+        assert opened_labels(await asyncio.wait_for(payloads.get(), 5)) == frozenset()
+        # too long for a notification: empty, "anything may have opened"
+        await seeded.run(labels=[f"label-{i:04d}-" + "x" * 80 for i in range(100)])
+        assert await asyncio.wait_for(payloads.get(), 5) == ""
+    finally:
+        await listener.close()
 
 
 LABELS = ["a", "b", "c"]

@@ -26,6 +26,7 @@ STATEMENTS = {
     "reclaim_stale": queries.RECLAIM_STALE,
     "expire_leases": queries.EXPIRE_LEASES,
     "release_undelivered": queries.RELEASE_UNDELIVERED,
+    "dispatch_claim": queries.DISPATCH_CLAIM,
 }
 
 

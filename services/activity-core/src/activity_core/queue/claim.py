@@ -106,7 +106,7 @@ class Claims:
         )
         self._releases: set[asyncio.Future[None]] = set()
         self._dispatcher = Dispatcher(
-            lease_together=self._lease_together,
+            lease_for_waiters=self._lease_for_waiters,
             reclaim=self._reclaim,
             release=self._release,
             claimers_per_statement=self._claimers_per_statement,
@@ -280,6 +280,32 @@ class Claims:
         for row in sorted(rows, key=lambda r: r["claim_rank"]):
             leased[row["claimer"] - 1].append(row)
         return leased
+
+    async def _lease_for_waiters(
+        self, key: ClaimKey, claimers: list[Claimer]
+    ) -> tuple[list[list[asyncpg.Record]], bool]:
+        """A dispatch pass's one statement (queries.DISPATCH_CLAIM): the rows of each waiter,
+        and whether a stale claim held the statement back (only then is a reclaim worth
+        a transaction)."""
+        self._metrics.dispatched_claims.observe(len(claimers))
+        rows = await self._run(
+            lambda conn: conn.fetch(
+                queries.DISPATCH_CLAIM,
+                [c.worker_id for c in claimers],
+                [c.lease_seconds for c in claimers],
+                key.limit,
+                key.labels_mode,
+                list(key.labels),
+            ),
+        )
+        leased: list[list[asyncpg.Record]] = [[] for _ in claimers]
+        held_back = False
+        for row in sorted(rows, key=lambda r: r["claim_rank"]):
+            if row["claimer"] == queries.DISPATCH_HELD_BACK:
+                held_back = True
+            else:
+                leased[row["claimer"] - 1].append(row)
+        return leased, held_back
 
     async def _run(
         self,

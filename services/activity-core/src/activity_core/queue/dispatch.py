@@ -3,23 +3,24 @@
 Before this module every NOTIFY woke every long-poll waiter of the process and each ran its
 own claim: about two transactions per idle worker per opened run (issue 34). Now a waiter
 that found nothing registers here (its claim key, arrival order, a future) and waits on
-that future only; when a wake-up comes (a NOTIFY, or the listener's reconnect), one
-dispatch pass claims on the waiters' behalf: per claim key, one coalesced statement
-(queries.CLAIM_MANY_UNLESS_STALE) hands the runs in claim order to the oldest waiters of
-that key, in arrival order; keys are served oldest waiter first. Waiters that got nothing
-keep waiting without touching the database.
+that future only. A wake-up names the labels of the run that opened (the NOTIFY payload,
+migration 0013) or nothing (the listener reconnected, a payload it cannot read): one
+dispatch pass then claims on the waiters' behalf, for the keys such a run may match only.
+Per claim key, one statement (queries.DISPATCH_CLAIM) hands the runs in claim order to the
+oldest waiters of that key, in arrival order; keys are served oldest waiter first, so a
+run two keys could take goes to the longest waiter. Waiters that got nothing keep waiting
+without touching the database.
 
-The bound, per opened run and per API process: one leasing statement per distinct claim key
-(labels, mode, limit) with a registered waiter, plus one RECLAIM_STALE when that statement
-came back empty (it may have been held back by a stale claim, which must be reopened
-before any claim selects). With one key per fleet that is 1 statement for the process that
-wins the run and at most 2 for each other replica (its statement finds the row locked or
-gone: SKIP LOCKED makes it an index probe), so with R replicas at most 1 + 2(R-1) claim
-transactions besides the emission's own.
+The bound, per opened run: one leasing statement per API process that has a waiting key
+the run may match (one per such key). The process that wins the run leases it; any other
+finds it locked or gone (SKIP LOCKED: an index probe) and, as its statement says no stale
+claim held it back, does nothing more. So with R replicas and one key per fleet, at most R
+claim transactions besides the emission's own. A stale claim costs one RECLAIM_STALE more,
+in the pass whose statement it held back.
 
 No lost wake-up: a waiter notes the pass generation before its own first claim; when it
-registers after a wake-up that happened in between, it schedules a pass itself. A waiter
-whose request is cancelled after a pass leased runs for it gives them back at once
+registers after a wake-up that happened in between, it schedules a pass for its key. A
+waiter whose request is cancelled after a pass leased runs for it gives them back at once
 (queries.RELEASE_UNDELIVERED reopens them with their attempt restored), which notifies
 again, so the next waiter, in this process or another, gets them.
 """
@@ -30,7 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,16 +39,29 @@ import asyncpg
 
 from activity_core.queue.claim_types import Claimer, ClaimKey
 
-__all__ = ["Dispatcher", "Waiter"]
+__all__ = ["Dispatcher", "Waiter", "may_match"]
 
 log = logging.getLogger("activity_core.dispatch")
 
 # After a pass failed (the database away), the next one for the waiters still waiting.
 PASS_RETRY_SECONDS = 1.0
 
-LeaseTogether = Callable[[ClaimKey, list[Claimer]], Awaitable[list[list[asyncpg.Record]]]]
+# the rows of each claimer, and whether a stale claim held the statement back
+LeaseForWaiters = Callable[
+    [ClaimKey, list[Claimer]], Awaitable[tuple[list[list[asyncpg.Record]], bool]]
+]
 Reclaim = Callable[[], Awaitable[int]]
 Release = Callable[[str, list[asyncpg.Record]], Coroutine[Any, Any, None]]
+
+
+def may_match(key: ClaimKey, labels: frozenset[str]) -> bool:
+    """Whether a run with `labels` can be claimed under `key` (the claim statement's own
+    label test: 'any' shares a label, 'all' has every one of them)."""
+    if key.labels_mode == "any":
+        return not labels.isdisjoint(key.labels)
+    if key.labels_mode == "all":
+        return labels.issuperset(key.labels)
+    return True
 
 
 @dataclass(eq=False)
@@ -62,12 +76,12 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        lease_together: LeaseTogether,
+        lease_for_waiters: LeaseForWaiters,
         reclaim: Reclaim,
         release: Release,
         claimers_per_statement: Callable[[ClaimKey], int],
     ) -> None:
-        self._lease_together = lease_together
+        self._lease_for_waiters = lease_for_waiters
         self._reclaim = reclaim
         self._release = release
         self._per_statement = claimers_per_statement
@@ -75,7 +89,9 @@ class Dispatcher:
         self._waiters: dict[ClaimKey, dict[int, Waiter]] = {}
         self._arrivals = itertools.count()
         self._generation = 0
-        self._dirty = False
+        # what the next pass looks at: every key, or only these
+        self._due_all = False
+        self._due: set[ClaimKey] = set()
         self._pass: asyncio.Task[None] | None = None
         self._closed = False
         self._releases: set[asyncio.Task[None]] = set()
@@ -90,11 +106,14 @@ class Dispatcher:
     def waiting(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    def wake(self) -> None:
-        """Runs may have opened (a NOTIFY, or the listener reconnected): one pass."""
+    def wake(self, labels: frozenset[str] | None = None) -> None:
+        """A run with `labels` opened (a NOTIFY), or anything may have (None: the listener
+        reconnected): one pass, for the keys that may match it."""
         self._generation += 1
-        if self._waiters:
-            self._schedule()
+        if labels is None:
+            self._schedule(None)
+        else:
+            self._schedule(key for key in self._waiters if may_match(key, labels))
 
     def register(self, key: ClaimKey, claimer: Claimer, *, seen: int) -> Waiter:
         future: asyncio.Future[list[asyncpg.Record]] = asyncio.get_running_loop().create_future()
@@ -105,7 +124,7 @@ class Dispatcher:
         self._waiters.setdefault(key, {})[waiter.order] = waiter
         if seen != self._generation:
             # a wake-up came between the waiter's own claim and now: look again for it
-            self._schedule()
+            self._schedule([key])
         return waiter
 
     def unregister(self, waiter: Waiter) -> None:
@@ -143,16 +162,24 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pass
 
-    def _schedule(self) -> None:
-        self._dirty = True
+    def _schedule(self, keys: Iterable[ClaimKey] | None) -> None:
+        """Let the next pass look at `keys` (None: every key)."""
+        if keys is None:
+            if self._waiters:
+                self._due_all = True
+        else:
+            self._due.update(keys)
+        if not (self._due_all or self._due):
+            return
         if self._pass is None or self._pass.done():
             self._pass = asyncio.create_task(self._passes(), name="ops-claim-dispatch")
 
     async def _passes(self) -> None:
-        while self._dirty and not self._closed:
-            self._dirty = False
+        while (self._due_all or self._due) and not self._closed:
+            due = None if self._due_all else self._due
+            self._due_all, self._due = False, set()
             try:
-                await self._one_pass()
+                await self._one_pass(due)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -162,48 +189,46 @@ class Dispatcher:
                 self._retry_later()
 
     def _retry_later(self) -> None:
-        if self._retry is None or self._retry.cancelled():
+        if self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(PASS_RETRY_SECONDS, self._retry_now)
 
     def _retry_now(self) -> None:
         self._retry = None
-        if self._waiters and not self._closed:
-            self._schedule()
+        if not self._closed:
+            self._schedule(None)
 
-    async def _one_pass(self) -> None:
-        keys = sorted(self._waiters, key=lambda k: next(iter(self._waiters[k])))
+    async def _one_pass(self, due: set[ClaimKey] | None) -> None:
+        keys = [key for key in self._waiters if due is None or key in due]
+        keys.sort(key=lambda k: next(iter(self._waiters[k])))
         reclaimed = False
         for key in keys:
             while True:
                 batch = self._oldest(key)
                 if not batch:
                     break
-                leased = await self._lease_together(key, [w.claimer for w in batch])
-                handed = self._hand_out(batch, leased)
-                if handed == 0 and not reclaimed:
-                    # maybe held back by a stale claim: reopen them (that notifies again)
+                leased, held_back = await self._lease_for_waiters(key, [w.claimer for w in batch])
+                self._hand_out(batch, leased)
+                if held_back and not reclaimed:
+                    # a stale claim held the statement back: reopen (that notifies again)
                     reclaimed = True
                     await self._reclaim()
-                if handed < len(batch):
+                if sum(map(len, leased)) < key.limit * len(batch):
                     break  # the key's open runs are all taken
 
     def _oldest(self, key: ClaimKey) -> list[Waiter]:
         lane = self._waiters.get(key, {})
         return list(itertools.islice(lane.values(), self._per_statement(key)))
 
-    def _hand_out(self, batch: list[Waiter], leased: list[list[asyncpg.Record]]) -> int:
-        handed = 0
+    def _hand_out(self, batch: list[Waiter], leased: list[list[asyncpg.Record]]) -> None:
         for waiter, rows in zip(batch, leased, strict=True):
             if not rows:
                 continue
-            handed += 1
             self.unregister(waiter)
             if waiter.future.done():
                 # cancelled while the statement ran: not this waiter's, back to the queue
                 self._release_later(waiter.claimer.worker_id, rows)
             else:
                 waiter.future.set_result(rows)
-        return handed
 
     def _release_later(self, worker_id: str, rows: list[asyncpg.Record]) -> None:
         task = asyncio.create_task(self._release(worker_id, rows))

@@ -79,7 +79,8 @@ class QueueMetrics:
         )
         self.coalesced = Histogram(
             "ops_run_requests_per_statement",
-            "claims or common closes served by one statement (concurrent ones are coalesced)",
+            "claims or common closes served by one statement (concurrent ones are coalesced;"
+            " statement=dispatch: long-poll waiters served by one dispatch pass's claim)",
             ["statement"],
             buckets=(1, 2, 4, 8, 16, 32, 64, 100),
             registry=self.registry,
@@ -94,6 +95,7 @@ class QueueMetrics:
         # `labels()` costs more than the observation itself.
         self.coalesced_claims = self.coalesced.labels(statement="claim")
         self.coalesced_closes = self.coalesced.labels(statement="close")
+        self.dispatched_claims = self.coalesced.labels(statement="dispatch")
         self._closes_by_kind: dict[tuple[str, str], Any] = {}
         # Exported at 0 from the start: a series that first appears at 1 has no earlier
         # sample, and rate()/increase() would miss that first expiry.

@@ -21,6 +21,8 @@ __all__ = [
     "COUNT_BY_STATE",
     "DEAD_ROWS",
     "DEFINITION_ID",
+    "DISPATCH_CLAIM",
+    "DISPATCH_HELD_BACK",
     "EXPIRE_LEASES",
     "GET_RUN",
     "HEARTBEAT",
@@ -233,6 +235,24 @@ CLAIM_ONE_UNLESS_STALE = _lease_picked(
 # The common claim of several claimers in one round trip (see _CLAIM_MANY_TEMPLATE). A
 # claimer with no row back goes through RECLAIM_STALE and CLAIM on its own.
 CLAIM_MANY_UNLESS_STALE = _CLAIM_MANY_TEMPLATE.format(guard=_UNLESS_STALE)
+
+# A dispatch pass's claim (queue/dispatch.py): CLAIM_MANY_UNLESS_STALE, and when it leased
+# nothing because a stale claim held it back, one row more with claimer 0 saying so (the
+# probe in the statement's own snapshot, so it agrees with the guard). The pass reopens
+# stale claims only then: a replica whose statement found the opened run already taken
+# (locked or gone) spends no second transaction on a reclaim that finds nothing.
+# Parameters as CLAIM_MANY_UNLESS_STALE.
+DISPATCH_HELD_BACK = 0
+DISPATCH_CLAIM = f"""
+WITH leased AS ({CLAIM_MANY_UNLESS_STALE})
+SELECT * FROM leased
+UNION ALL
+SELECT {DISPATCH_HELD_BACK}, 0, {", ".join("NULL" for _ in RUN_COLUMN_NAMES)}
+WHERE NOT EXISTS (SELECT 1 FROM leased)
+  AND EXISTS (SELECT 1
+              FROM ops_runs AS stale
+              WHERE stale.state = 'claimed' AND stale.lease_until <= now())
+"""
 
 # Runs a dispatch pass leased for a long-poll waiter whose request was cancelled before
 # the answer went out (queue/dispatch.py): open again at once, attempt restored (the worker

@@ -1,16 +1,19 @@
 """Wake long-poll claimers when a run becomes open: LISTEN/NOTIFY, never a busy loop.
 
-One dedicated connection per app instance LISTENs on `ops_runs_open` (a statement trigger
-notifies whenever a statement leaves a row open). Every notification completes the current
-`WakeToken` and starts a new one, and calls the subscribers: the claim dispatcher
-(queue/dispatch.py) runs one claim pass for all of the process's waiters. When the listener
-connection is lost, waiters are woken too (they re-check) and the listener reconnects.
+One dedicated connection per app instance LISTENs on `ops_runs_open` (a row trigger
+notifies whenever a row becomes open; since migration 0013 the payload is that row's
+labels, and identical notifications of one transaction fold into one). Every notification
+calls the subscribers with the labels: the claim dispatcher (queue/dispatch.py) runs one
+claim pass for the keys of the process's waiters that may match. When the listener
+connection is lost, the subscribers are called with None (anything may have opened while
+nobody listened) and the listener reconnects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +22,7 @@ import asyncpg
 
 from activity_core.db.errors import DATABASE_FAILURES
 
-__all__ = ["LISTENER_APPLICATION_NAME", "OpenRunSignal"]
+__all__ = ["LISTENER_APPLICATION_NAME", "OpenRunSignal", "opened_labels"]
 
 log = logging.getLogger("activity_core.wakeups")
 
@@ -34,20 +37,19 @@ def _set_when_called(event: asyncio.Event) -> Any:
     return callback
 
 
-class WakeToken:
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-
-    async def wait(self, timeout: float) -> bool:
-        """True when woken, False when the timeout passed first."""
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+def opened_labels(payload: str) -> frozenset[str] | None:
+    """The labels a notification names (migration 0013: the opened row's labels as JSON),
+    or None for "anything may have opened": an empty payload (labels too long for a
+    notification, an older trigger) or one that is not a JSON list of strings."""
+    if not payload:
+        return None
+    try:
+        labels = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        return None
+    return frozenset(labels)
 
 
 class OpenRunSignal:
@@ -57,18 +59,15 @@ class OpenRunSignal:
         self._dsn = dsn
         self._reconnect_delay = reconnect_delay
         self._first_listen_timeout = first_listen_timeout
-        self._token = WakeToken()
         self._task: asyncio.Task[None] | None = None
         self._first_attempt_done = asyncio.Event()
         self._draining = False
-        self._subscribers: list[Callable[[], None]] = []
+        self._subscribers: list[Callable[[frozenset[str] | None], None]] = []
 
-    def subscribe(self, callback: Callable[[], None]) -> None:
-        """Call `callback` on every wake-up (queue/dispatch.py runs one claim pass)."""
+    def subscribe(self, callback: Callable[[frozenset[str] | None], None]) -> None:
+        """Call `callback` on every wake-up with the opened run's labels, or None when
+        anything may have opened (queue/dispatch.py runs one claim pass)."""
         self._subscribers.append(callback)
-
-    def token(self) -> WakeToken:
-        return self._token
 
     @property
     def draining(self) -> bool:
@@ -79,11 +78,9 @@ class OpenRunSignal:
         self._draining = True
         self.wake_all()
 
-    def wake_all(self) -> None:
-        token, self._token = self._token, WakeToken()
-        token.fire()
+    def wake_all(self, labels: frozenset[str] | None = None) -> None:
         for callback in self._subscribers:
-            callback()
+            callback(labels)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ops-runs-listener")
@@ -100,8 +97,8 @@ class OpenRunSignal:
                 await self._task
         self.wake_all()
 
-    def _on_notify(self, *_: Any) -> None:
-        self.wake_all()
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        self.wake_all(opened_labels(payload if isinstance(payload, str) else ""))
 
     async def _run(self) -> None:
         while True:
