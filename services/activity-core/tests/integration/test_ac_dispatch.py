@@ -348,7 +348,7 @@ async def test_the_notification_names_the_opened_runs_labels(
     try:
         await listener.add_listener("ops_runs_open", lambda *args: payloads.put_nowait(args[3]))
         await seeded.run(labels=["gpu", "big"])
-        assert opened_labels(await asyncio.wait_for(payloads.get(), 5)) == {"gpu", "big"}
+        assert opened_labels(await asyncio.wait_for(payloads.get(), 5)) == frozenset({"gpu", "big"})
         await seeded.run(labels=[])
         assert opened_labels(await asyncio.wait_for(payloads.get(), 5)) == frozenset()
         # too long for a notification: empty, "anything may have opened"
