@@ -104,6 +104,9 @@ class Claims:
         self._together: Coalescer[ClaimKey, Claimer, list[asyncpg.Record]] = Coalescer(
             self._lease_together, max_items=self._claimers_per_statement
         )
+        self._polling_together: Coalescer[ClaimKey, Claimer, tuple[list[asyncpg.Record], bool]] = (
+            Coalescer(self._lease_for_pollers, max_items=self._claimers_per_statement)
+        )
         self._releases: set[asyncio.Future[None]] = set()
         self._dispatcher = Dispatcher(
             lease_for_waiters=self._lease_for_waiters,
@@ -129,7 +132,7 @@ class Claims:
         # Note the wake-ups seen before looking, so a run opened between an empty claim
         # and the registration is still looked for (dispatch.py).
         seen = self._dispatcher.generation
-        own = await self._leased_unless_gone(spec.worker_id, self._claim_once(spec))
+        own = await self._leased_unless_gone(spec.worker_id, self._claim_once(spec, polling=waits))
         if own or not waits:
             return self._delivered(spec, own)
         key = _key(spec)
@@ -200,15 +203,25 @@ class Claims:
                 extra={"run_id": str(row["id"]), "worker_id": worker_id},
             )
 
-    async def _claim_once(self, spec: ClaimSpec) -> list[asyncpg.Record]:
+    async def _claim_once(self, spec: ClaimSpec, *, polling: bool) -> list[asyncpg.Record]:
+        """The claim's own look at the queue. A claim that will wait (`polling`) asks its
+        statement whether a stale claim held it back (queries.DISPATCH_CLAIM): when none
+        did, an empty answer is final, one transaction, as the dispatcher hands it
+        whatever opens from now on; an idle fleet's return to the long poll costs one
+        statement instead of three."""
         key = _key(spec)
         labels = key.labels
         started = time.perf_counter()
+        claimer = Claimer(spec.worker_id, spec.lease_seconds)
         # Autocommit statements, no BEGIN/COMMIT round trips; when nothing is stale the
         # reclaim writes nothing.
-        rows = await self._together.submit(key, Claimer(spec.worker_id, spec.lease_seconds))
+        held_back = True
+        if polling:
+            rows, held_back = await self._polling_together.submit(key, claimer)
+        else:
+            rows = await self._together.submit(key, claimer)
         stale: list[asyncpg.Record] = []
-        if not rows:
+        if not rows and held_back:
             args = (spec.worker_id, spec.lease_seconds, spec.limit, key.labels_mode, list(labels))
 
             async def reclaim_then_claim(
@@ -288,6 +301,19 @@ class Claims:
         and whether a stale claim held the statement back (only then is a reclaim worth
         a transaction)."""
         self._metrics.dispatched_claims.observe(len(claimers))
+        return await self._lease_telling_held_back(key, claimers)
+
+    async def _lease_for_pollers(
+        self, key: ClaimKey, claimers: list[Claimer]
+    ) -> list[tuple[list[asyncpg.Record], bool]]:
+        """Claims that will wait, arrived together: each one's rows, and the held-back flag."""
+        self._metrics.coalesced_claims.observe(len(claimers))
+        leased, held_back = await self._lease_telling_held_back(key, claimers)
+        return [(rows, held_back) for rows in leased]
+
+    async def _lease_telling_held_back(
+        self, key: ClaimKey, claimers: list[Claimer]
+    ) -> tuple[list[list[asyncpg.Record]], bool]:
         rows = await self._run(
             lambda conn: conn.fetch(
                 queries.DISPATCH_CLAIM,
