@@ -96,9 +96,15 @@ class ApiServer:
 
 @contextlib.asynccontextmanager
 async def api_server(
-    dsn: str, workdir: Path, fleet: int, profile: Path | None, api_workers: int = 1
+    dsn: str,
+    workdir: Path,
+    fleet: int,
+    profile: Path | None,
+    api_workers: int = 1,
+    *,
+    worker_prefix: str = "bench-worker",
 ) -> AsyncIterator[ApiServer]:
-    workers = [Worker(f"bench-worker-{i:02d}", secrets.token_urlsafe(24)) for i in range(fleet)]
+    workers = [Worker(f"{worker_prefix}-{i:02d}", secrets.token_urlsafe(24)) for i in range(fleet)]
     credentials = workdir / "workers.json"
     credentials.write_text(
         json.dumps(
