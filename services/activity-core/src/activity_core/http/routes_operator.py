@@ -22,7 +22,7 @@ from fastapi import APIRouter, Header, Query, Response
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Audit, Views
 from activity_core.http.operator_context import REQUEST_ID_HEADER
-from activity_core.http.refusals import error_docs, refusal_outcome
+from activity_core.http.refusals import ACTION_STATUSES, error_docs, refusal_outcome
 from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
 from activity_core.operator.audit import MAX_TARGET_LENGTH, Actor
 from activity_core.operator.views import MAX_DEAD_LETTER_PAGE
@@ -95,10 +95,6 @@ def _request_id(actor: Actor, response: Response) -> None:
     response.headers[REQUEST_ID_HEADER] = actor.request_id
 
 
-# what an action on one run is refused as (each route says what its 409 means)
-_RUN_ACTION_STATUSES = (401, 403, 404, 409, 413, 415, 422, 503)
-
-
 # -- actions --------------------------------------------------------------------------------
 
 
@@ -144,7 +140,7 @@ async def requeue_runs(
     responses={
         200: {"model": OpsRun, "description": "the successor this Idempotency-Key made before"},
         **_errors(
-            *_RUN_ACTION_STATUSES,
+            *ACTION_STATUSES,
             s409="state_conflict: the run is not failed or expired (the detail says what it is)",
         ),
     },
@@ -173,7 +169,7 @@ async def requeue_run(
     operation_id="cancelRun",
     response_model=CloseResponse,
     responses=_errors(
-        *_RUN_ACTION_STATUSES,
+        *ACTION_STATUSES,
         s409="state_conflict: the run is already succeeded, failed or expired",
     ),
     dependencies=[OPERATOR_CREDENTIAL],
