@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Header, Path
+from fastapi import APIRouter, Body, Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL
 from activity_core.http.deps import Acting, Audit, Database, Settings, Temporal
+from activity_core.http.idempotency import idempotency_key_header
 from activity_core.http.refusals import ACTION_STATUSES, error_docs
 from activity_core.operator.audit import audit_target
 from activity_core.temporal.errors import AutomationNotFound, AutomationPaused
 from activity_core.temporal.fire import fire_manual
-from ops_contracts import IDEMPOTENCY_KEY_PATTERN, RefusalCode, canonical_json
+from ops_contracts import RefusalCode, canonical_json
 
 __all__ = ["router"]
 
@@ -92,14 +93,10 @@ _AUDITED_REFUSALS = {
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(
-        alias="Idempotency-Key",
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Identifies this fire: the same key again (for this automation) starts nothing "
-            "and answers the first fire's workflow, run and trigger key. Absent: every "
-            "request is a new fire. 1-128 of letters, digits and . _ : @ + = -"
-        ),
+    idempotency_key_header(
+        "Identifies this fire: the same key again (for this automation) starts nothing "
+        "and answers the first fire's workflow, run and trigger key. Absent: every "
+        "request is a new fire."
     ),
 ]
 _ERRORS = error_docs(

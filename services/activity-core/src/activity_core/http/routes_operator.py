@@ -17,17 +17,17 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Audit, Views
+from activity_core.http.idempotency import idempotency_key_header
 from activity_core.http.operator_context import REQUEST_ID_HEADER
 from activity_core.http.refusals import ACTION_STATUSES, error_docs, refusal_outcome
 from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
 from activity_core.operator.audit import MAX_TARGET_LENGTH, Actor
 from activity_core.operator.views import MAX_DEAD_LETTER_PAGE
 from ops_contracts import (
-    IDEMPOTENCY_KEY_PATTERN,
     TEXT_SCHEMA_PATTERN,
     AuditPage,
     CancelRequest,
@@ -68,14 +68,9 @@ errors_of = _errors
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(
-        alias="Idempotency-Key",
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Identifies this requeue: the same key again answers the successor it made "
-            "(200). Absent: the run itself is the key (one keyless successor per run). "
-            "1-128 of letters, digits and . _ : @ + = -"
-        ),
+    idempotency_key_header(
+        "Identifies this requeue: the same key again answers the successor it made "
+        "(200). Absent: the run itself is the key (one keyless successor per run)."
     ),
 ]
 AutomationFilter = Annotated[
