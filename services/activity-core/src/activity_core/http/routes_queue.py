@@ -61,6 +61,13 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return error_docs(*statuses, described=_DESCRIBED)
 
 
+# the reads: an operator's or a viewer's, refused alike (404: a run, or the automation a
+# filter names)
+_READ_ROUTE: dict[str, Any] = {
+    "responses": _errors(401, 403, 404, 422, 503),
+    "dependencies": [VIEWER_CREDENTIAL],
+}
+
 # heartbeat, complete and fail: a worker's call on the run it holds, refused alike
 _WORKER_RUN_ROUTE: dict[str, Any] = {
     "responses": _errors(*ACTION_STATUSES),
@@ -74,13 +81,7 @@ class ExpireLeasesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@router.get(
-    "",
-    operation_id="listRuns",
-    response_model=RunPage,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
-)
+@router.get("", operation_id="listRuns", response_model=RunPage, **_READ_ROUTE)
 async def list_runs(
     queue: Queue,
     state: RunState | None = None,
@@ -171,13 +172,7 @@ async def expire_leases(
     return {"reopened": reopened, "expired": expired}
 
 
-@router.get(
-    "/{run_id}",
-    operation_id="getRun",
-    response_model=OpsRun,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
-)
+@router.get("/{run_id}", operation_id="getRun", response_model=OpsRun, **_READ_ROUTE)
 async def get_run(run_id: uuid.UUID, queue: Queue) -> dict[str, Any]:
     return await queue.get(run_id)
 
