@@ -108,32 +108,29 @@ def cmd_list(api: Api, args: argparse.Namespace, io: Io) -> int:
     return EXIT_OK
 
 
-def cmd_show(api: Api, args: argparse.Namespace, io: Io) -> int:
-    view = api.call("GET", _path(args.automation)).body
+def _print_view(io: Io, args: argparse.Namespace, view: dict[str, Any]) -> int:
+    """The automation as show, pause and resume print it: the API's JSON, or described."""
     if args.json:
         print_json(io.out, view)
     else:
         _describe(io, view)
     return EXIT_OK
+
+
+def cmd_show(api: Api, args: argparse.Namespace, io: Io) -> int:
+    view = api.call("GET", _path(args.automation)).body
+    return _print_view(io, args, view)
 
 
 def cmd_pause(api: Api, args: argparse.Namespace, io: Io) -> int:
     body = {"reason": args.reason} if args.reason is not None else None
     view = api.call("POST", _path(args.automation, "/pause"), body=body).body
-    if args.json:
-        print_json(io.out, view)
-    else:
-        _describe(io, view)
-    return EXIT_OK
+    return _print_view(io, args, view)
 
 
 def cmd_resume(api: Api, args: argparse.Namespace, io: Io) -> int:
     view = api.call("POST", _path(args.automation, "/resume")).body
-    if args.json:
-        print_json(io.out, view)
-    else:
-        _describe(io, view)
-    return EXIT_OK
+    return _print_view(io, args, view)
 
 
 def cmd_fire(api: Api, args: argparse.Namespace, io: Io) -> int:

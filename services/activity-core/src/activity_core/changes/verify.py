@@ -27,6 +27,7 @@ ChangesInvalid: the same bytes always produce it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from activity_core.changes.bundle_format import ChangesInvalid, parse_bundle_header
@@ -170,18 +171,17 @@ async def _object_type(git: GitRunner, oid: str, timeout_s: float) -> str | None
 
 
 async def _parents(git: GitRunner, commit: str, timeout_s: float) -> list[str]:
-    try:
-        raw = await git.run(
-            "cat-file", "commit", commit, max_output_bytes=_COMMIT_BYTES, timeout_s=timeout_s
-        )
-    except GitFailed as exc:
-        raise ChangesInvalid(
+    raw = await _read(
+        git,
+        ("cat-file", "commit", commit),
+        max_output_bytes=_COMMIT_BYTES,
+        timeout_s=timeout_s,
+        failed=lambda _: (
             f"commit {commit} is not in the bundle (the history does not reach the baseline)"
-        ) from exc
-    except GitTimeout as exc:
-        raise ChangesCheckUnavailable(f"commit {commit} could not be read in time") from exc
-    except GitOutputTooLarge as exc:
-        raise ChangesInvalid(f"commit {commit} could not be read within bounds") from exc
+        ),
+        late=f"commit {commit} could not be read in time",
+        too_large=f"commit {commit} could not be read within bounds",
+    )
     head, _, _ = raw.partition(b"\n\n")
     return [
         line.removeprefix(b"parent ").decode("ascii", "replace")
@@ -191,28 +191,39 @@ async def _parents(git: GitRunner, commit: str, timeout_s: float) -> list[str]:
 
 
 async def _touched_paths(git: GitRunner, parent: str, commit: str, timeout_s: float) -> list[str]:
-    try:
-        raw = await git.run(
-            "diff-tree",
-            "-r",
-            "-z",
-            "--no-renames",
-            "--no-commit-id",
-            "--name-only",
-            parent,
-            commit,
-            max_output_bytes=_PATHS_BYTES,
-            timeout_s=timeout_s,
-        )
-    except GitFailed as exc:
-        raise ChangesInvalid(
-            f"the bundle lacks objects to diff commit {commit}: {_first_line(exc)}"
-        ) from exc
-    except GitTimeout as exc:
-        raise ChangesCheckUnavailable(f"commit {commit} could not be diffed in time") from exc
-    except GitOutputTooLarge as exc:
-        raise ChangesInvalid(f"commit {commit} changes more than can be checked") from exc
+    raw = await _read(
+        git,
+        ("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", "--name-only", parent, commit),
+        max_output_bytes=_PATHS_BYTES,
+        timeout_s=timeout_s,
+        failed=lambda exc: f"the bundle lacks objects to diff commit {commit}: {_first_line(exc)}",
+        late=f"commit {commit} could not be diffed in time",
+        too_large=f"commit {commit} changes more than can be checked",
+    )
     return [p.decode("utf-8", "surrogateescape") for p in raw.split(b"\0") if p]
+
+
+async def _read(
+    git: GitRunner,
+    args: tuple[str, ...],
+    *,
+    max_output_bytes: int,
+    timeout_s: float,
+    failed: Callable[[GitFailed], str],
+    late: str,
+    too_large: str,
+) -> bytes:
+    """`git args`'s output; what git could not do as the module docstring says: a failure
+    (`failed` says what it means) or too much output is ChangesInvalid, running out of time
+    ChangesCheckUnavailable (`late`)."""
+    try:
+        return await git.run(*args, max_output_bytes=max_output_bytes, timeout_s=timeout_s)
+    except GitFailed as exc:
+        raise ChangesInvalid(failed(exc)) from exc
+    except GitTimeout as exc:
+        raise ChangesCheckUnavailable(late) from exc
+    except GitOutputTooLarge as exc:
+        raise ChangesInvalid(too_large) from exc
 
 
 def _first_line(exc: GitFailed) -> str:

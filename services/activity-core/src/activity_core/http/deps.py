@@ -13,6 +13,7 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Request
 
 from activity_core.artefacts.service import ArtefactService
+from activity_core.db.pool import Pool
 from activity_core.http.auth import Authenticator, bearer_token
 from activity_core.http.operator_context import actor_of
 from activity_core.operator.actions import RunActions
@@ -21,6 +22,7 @@ from activity_core.operator.changes import ChangesReader
 from activity_core.operator.views import OperatorViews
 from activity_core.queue.service import QueueService
 from activity_core.settings import ActivityCoreSettings
+from activity_core.temporal.client import TemporalClientProvider
 
 __all__ = [
     "Acting",
@@ -28,8 +30,10 @@ __all__ = [
     "Artefacts",
     "Audit",
     "Changes",
+    "Database",
     "Queue",
     "Settings",
+    "Temporal",
     "Views",
     "Worker",
     "WorkerCall",
@@ -137,3 +141,8 @@ Auth = Annotated[Authenticator, Depends(_from_state("auth", Authenticator))]
 Settings = Annotated[ActivityCoreSettings, Depends(_settings)]
 OperatorToken = Annotated[str | None, Depends(_operator_token)]
 Worker = Annotated[WorkerCall, Depends(_worker_call)]
+# The pool and the Temporal client, for a route whose unit of work spans both (fire, publish).
+Database = Annotated[Pool, Depends(_from_state("pool", Pool))]
+Temporal = Annotated[
+    TemporalClientProvider, Depends(_from_state("temporal", TemporalClientProvider))
+]

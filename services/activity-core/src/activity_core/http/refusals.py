@@ -14,7 +14,7 @@ from typing import Any
 from activity_core.queue.errors import QueueRefusal
 from ops_contracts import REFUSAL_HTTP_STATUS, ErrorBody
 
-__all__ = ["SHARED_REFUSALS", "error_docs", "refusal_outcome"]
+__all__ = ["ACTION_STATUSES", "SHARED_REFUSALS", "error_docs", "refusal_outcome"]
 
 # What a body, its media type or a lost database are refused as, on any JSON route.
 SHARED_REFUSALS: Mapping[int, str] = {
@@ -25,6 +25,10 @@ SHARED_REFUSALS: Mapping[int, str] = {
     503: "unavailable: the database cannot be reached; schema_not_current: it is not "
     "migrated for this build",
 }
+
+# What an action with a body on one target can be refused as: the credential, a target that
+# is missing or in the wrong state, then the body and the database.
+ACTION_STATUSES = (401, 403, 404, 409, 413, 415, 422, 503)
 
 
 def error_docs(*statuses: int, described: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:

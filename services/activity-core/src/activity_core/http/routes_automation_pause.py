@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Audit
 from activity_core.http.operator_context import REQUEST_ID_HEADER
-from activity_core.http.refusals import error_docs
+from activity_core.http.refusals import ACTION_STATUSES, error_docs
 from activity_core.operator.audit import Actor, AuditedAction, AuditLog, audit_target
 from activity_core.temporal.pause import (
     MAX_REASON_LENGTH,
@@ -190,7 +190,7 @@ PauseCall = Annotated[_PauseCall, Depends(_pause_call)]
 # pause and resume are documented and guarded alike
 _ACTION_ROUTE: dict[str, Any] = {
     "response_model": AutomationPauseView,
-    "responses": _errors(401, 403, 404, 409, 413, 415, 422, 503),
+    "responses": _errors(*ACTION_STATUSES),
     "dependencies": [OPERATOR_CREDENTIAL],
 }
 

@@ -41,15 +41,8 @@ _ERRORS = errors_of(
     s422="invalid_request: a run id that is no UUID; changes_invalid: git cannot read the "
     "stored bundle (the detail says what git said)",
 )
-_BUNDLE_ERRORS = errors_of(
-    401,
-    403,
-    404,
-    422,
-    503,
-    s404="not_found: no such run, or no changes stored for its current attempt",
-    s422="invalid_request: a run id that is no UUID",
-)
+# the bundle is served as stored: git never reads it
+_BUNDLE_ERRORS = {**_ERRORS, **errors_of(422, s422="invalid_request: a run id that is no UUID")}
 
 
 def _file_name(stored: StoredChanges, suffix: str) -> str:

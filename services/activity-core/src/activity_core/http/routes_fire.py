@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Request
+from fastapi import APIRouter, Body, Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from activity_core.db.pool import Pool
 from activity_core.http.credentials import OPERATOR_CREDENTIAL
-from activity_core.http.deps import Acting, Audit, Settings
+from activity_core.http.deps import Acting, Audit, Database, Settings, Temporal
+from activity_core.http.idempotency import idempotency_key_header
+from activity_core.http.refusals import ACTION_STATUSES, error_docs
 from activity_core.operator.audit import audit_target
-from activity_core.temporal.client import TemporalClientProvider
 from activity_core.temporal.errors import AutomationNotFound, AutomationPaused
 from activity_core.temporal.fire import fire_manual
-from ops_contracts import IDEMPOTENCY_KEY_PATTERN, ErrorBody, RefusalCode, canonical_json
+from ops_contracts import RefusalCode, canonical_json
 
 __all__ = ["router"]
 
@@ -85,16 +85,6 @@ class FireResponse(BaseModel):
     trigger_key: str
 
 
-def _pool(request: Request) -> Pool:
-    pool: Pool = request.app.state.pool
-    return pool
-
-
-def _temporal(request: Request) -> TemporalClientProvider:
-    provider: TemporalClientProvider = request.app.state.temporal
-    return provider
-
-
 # The refusals of a fire the audit trail records (an outage is not a refusal).
 _AUDITED_REFUSALS = {
     AutomationNotFound: RefusalCode.not_found,
@@ -103,44 +93,25 @@ _AUDITED_REFUSALS = {
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(
-        alias="Idempotency-Key",
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Identifies this fire: the same key again (for this automation) starts nothing "
-            "and answers the first fire's workflow, run and trigger key. Absent: every "
-            "request is a new fire. 1-128 of letters, digits and . _ : @ + = -"
-        ),
+    idempotency_key_header(
+        "Identifies this fire: the same key again (for this automation) starts nothing "
+        "and answers the first fire's workflow, run and trigger key. Absent: every "
+        "request is a new fire."
     ),
 ]
-PoolDep = Annotated[Pool, Depends(_pool)]
-Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
-
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "unauthenticated"},
-    403: {
-        "model": ErrorBody,
-        "description": "forbidden: not an operator credential (a worker's, or a viewer's)",
-    },
-    404: {"model": ErrorBody, "description": "not_found: no such automation"},
-    409: {"model": ErrorBody, "description": "state_conflict: the automation is paused"},
-    413: {"model": ErrorBody, "description": "request_too_large"},
-    415: {
-        "model": ErrorBody,
-        "description": "unsupported_media_type: a body whose media type na"
-        "mes JSON but is not application/json (charset=utf-8 at most)",
-    },
-    422: {
-        "model": ErrorBody,
-        "description": "invalid_request, with an errors list (a bad body or Idempotency-Key)",
-    },
-    503: {
-        "model": ErrorBody,
-        "description": "unavailable: Temporal or the database is down; nothing started, "
+_ERRORS = error_docs(
+    *ACTION_STATUSES,
+    described={
+        401: "unauthenticated",
+        403: "forbidden: not an operator credential (a worker's, or a viewer's)",
+        404: "not_found: no such automation",
+        409: "state_conflict: the automation is paused",
+        422: "invalid_request, with an errors list (a bad body or Idempotency-Key)",
+        503: "unavailable: Temporal or the database is down; nothing started, "
         "retry (with the same Idempotency-Key, it fires once whatever happened). "
         "schema_not_current: the database is not migrated for this build",
     },
-}
+)
 
 
 @router.post(
@@ -154,7 +125,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def fire(
     automation_id: Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")],
     settings: Settings,
-    pool: PoolDep,
+    pool: Database,
     temporal: Temporal,
     actor: Acting,
     audit: Audit,

@@ -17,17 +17,17 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Query, Response
 
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Audit, Views
+from activity_core.http.idempotency import idempotency_key_header
 from activity_core.http.operator_context import REQUEST_ID_HEADER
-from activity_core.http.refusals import error_docs, refusal_outcome
+from activity_core.http.refusals import ACTION_STATUSES, error_docs, refusal_outcome
 from activity_core.operator.audit import MAX_PAGE_SIZE as MAX_AUDIT_PAGE
 from activity_core.operator.audit import MAX_TARGET_LENGTH, Actor
 from activity_core.operator.views import MAX_DEAD_LETTER_PAGE
 from ops_contracts import (
-    IDEMPOTENCY_KEY_PATTERN,
     TEXT_SCHEMA_PATTERN,
     AuditPage,
     CancelRequest,
@@ -68,14 +68,9 @@ errors_of = _errors
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(
-        alias="Idempotency-Key",
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Identifies this requeue: the same key again answers the successor it made "
-            "(200). Absent: the run itself is the key (one keyless successor per run). "
-            "1-128 of letters, digits and . _ : @ + = -"
-        ),
+    idempotency_key_header(
+        "Identifies this requeue: the same key again answers the successor it made "
+        "(200). Absent: the run itself is the key (one keyless successor per run)."
     ),
 ]
 AutomationFilter = Annotated[
@@ -93,10 +88,6 @@ AutomationFilter = Annotated[
 def _request_id(actor: Actor, response: Response) -> None:
     # the acting operator's request id is the request's (operator_context.actor_of)
     response.headers[REQUEST_ID_HEADER] = actor.request_id
-
-
-# what an action on one run is refused as (each route says what its 409 means)
-_RUN_ACTION_STATUSES = (401, 403, 404, 409, 413, 415, 422, 503)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -144,7 +135,7 @@ async def requeue_runs(
     responses={
         200: {"model": OpsRun, "description": "the successor this Idempotency-Key made before"},
         **_errors(
-            *_RUN_ACTION_STATUSES,
+            *ACTION_STATUSES,
             s409="state_conflict: the run is not failed or expired (the detail says what it is)",
         ),
     },
@@ -173,7 +164,7 @@ async def requeue_run(
     operation_id="cancelRun",
     response_model=CloseResponse,
     responses=_errors(
-        *_RUN_ACTION_STATUSES,
+        *ACTION_STATUSES,
         s409="state_conflict: the run is already succeeded, failed or expired",
     ),
     dependencies=[OPERATOR_CREDENTIAL],

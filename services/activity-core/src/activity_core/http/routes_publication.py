@@ -8,36 +8,22 @@ PublishChangesWorkflow's, on activity-core's Temporal worker.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from activity_core.db.pool import Pool
 from activity_core.http.credentials import OPERATOR_CREDENTIAL
-from activity_core.http.deps import Acting, Audit, Settings
+from activity_core.http.deps import Acting, Audit, Database, Settings, Temporal
 from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.http.refusals import ACTION_STATUSES, error_docs
 from activity_core.operator.audit import audit_target
-from activity_core.temporal.client import TemporalClientProvider
 from activity_core.temporal.publication_start import request_publication
-from ops_contracts import ErrorBody, PublishResponse
+from ops_contracts import PublishResponse
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ops-runs", tags=["operator"])
 
-
-def _pool(request: Request) -> Pool:
-    pool: Pool = request.app.state.pool
-    return pool
-
-
-def _temporal(request: Request) -> TemporalClientProvider:
-    provider: TemporalClientProvider = request.app.state.temporal
-    return provider
-
-
-PoolDep = Annotated[Pool, Depends(_pool)]
-Temporal = Annotated[TemporalClientProvider, Depends(_temporal)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     200: {
@@ -45,29 +31,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "a repeat: the run's publication is pending or published already; "
         "nothing started",
     },
-    401: {"model": ErrorBody, "description": "unauthenticated"},
-    403: {
-        "model": ErrorBody,
-        "description": "forbidden: not an operator credential (a worker's, or a viewer's: audited)",
-    },
-    404: {"model": ErrorBody, "description": "not_found: no such run"},
-    409: {
-        "model": ErrorBody,
-        "description": "state_conflict: the run is not succeeded, has no stored changes for "
-        "its attempt, or Temporal still runs an earlier publication of it",
-    },
-    413: {"model": ErrorBody, "description": "request_too_large"},
-    415: {
-        "model": ErrorBody,
-        "description": "unsupported_media_type: a body whose media type na"
-        "mes JSON but is not application/json (charset=utf-8 at most)",
-    },
-    422: {"model": ErrorBody, "description": "invalid_request: the run id is not a UUID"},
-    503: {
-        "model": ErrorBody,
-        "description": "unavailable: Temporal or the database is down; nothing started, ask "
-        "again. schema_not_current: the database is not migrated for this build",
-    },
+    **error_docs(
+        *ACTION_STATUSES,
+        described={
+            401: "unauthenticated",
+            403: "forbidden: not an operator credential (a worker's, or a viewer's: audited)",
+            404: "not_found: no such run",
+            409: "state_conflict: the run is not succeeded, has no stored changes for "
+            "its attempt, or Temporal still runs an earlier publication of it",
+            422: "invalid_request: the run id is not a UUID",
+            503: "unavailable: Temporal or the database is down; nothing started, ask "
+            "again. schema_not_current: the database is not migrated for this build",
+        },
+    ),
 }
 
 
@@ -82,7 +58,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def publish_run(
     run_id: uuid.UUID,
     settings: Settings,
-    pool: PoolDep,
+    pool: Database,
     temporal: Temporal,
     actor: Acting,
     audit: Audit,

@@ -20,6 +20,7 @@ from activity_core.http import worker_ops
 from activity_core.http.credentials import OPERATOR_CREDENTIAL, VIEWER_CREDENTIAL, WORKER_CREDENTIAL
 from activity_core.http.deps import Acting, Actions, Queue, Worker
 from activity_core.http.operator_context import REQUEST_ID_HEADER, request_id_of
+from activity_core.http.refusals import ACTION_STATUSES, error_docs
 from activity_core.queue.errors import QueueRefusal
 from activity_core.queue.service import ListFilter
 from ops_contracts import (
@@ -28,7 +29,6 @@ from ops_contracts import (
     ClaimResponse,
     CloseResponse,
     CompleteRequest,
-    ErrorBody,
     ExpireLeasesResponse,
     FailRequest,
     HeartbeatRequest,
@@ -47,25 +47,32 @@ __all__ = ["router"]
 router = APIRouter(prefix="/ops-runs", tags=["ops-runs"])
 
 
+_DESCRIBED = {
+    401: "unauthenticated: no or an invalid credential",
+    403: "forbidden (wrong kind of credential, or a viewer asking for an action) or "
+    "worker_identity_mismatch",
+    404: "not_found",
+    409: "wrong_owner, expired_lease (the lease ended, or `attempt` is not the run's "
+    "current attempt), state_conflict, evidence_conflict or terminal_conflict",
+}
+
+
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    described = {
-        401: "unauthenticated: no or an invalid credential",
-        403: "forbidden (wrong kind of credential, or a viewer asking for an action) or "
-        "worker_identity_mismatch",
-        404: "not_found",
-        409: "wrong_owner, expired_lease (the lease ended, or `attempt` is not the run's "
-        "current attempt), state_conflict, evidence_conflict or terminal_conflict",
-        413: "request_too_large",
-        415: "unsupported_media_type: a body whose media type names JSON"
-        " but is not application/json (charset=utf-8 at most)",
-        422: "invalid_request, with an errors list naming each bad field",
-        503: "unavailable: the database cannot be reached; schema_not_current: it is not "
-        "migrated for this build",
-    }
-    return {s: {"model": ErrorBody, "description": described[s]} for s in statuses}
+    return error_docs(*statuses, described=_DESCRIBED)
 
 
-_RUN_ERRORS = _errors(401, 403, 404, 409, 413, 415, 422, 503)
+# the reads: an operator's or a viewer's, refused alike (404: a run, or the automation a
+# filter names)
+_READ_ROUTE: dict[str, Any] = {
+    "responses": _errors(401, 403, 404, 422, 503),
+    "dependencies": [VIEWER_CREDENTIAL],
+}
+
+# heartbeat, complete and fail: a worker's call on the run it holds, refused alike
+_WORKER_RUN_ROUTE: dict[str, Any] = {
+    "responses": _errors(*ACTION_STATUSES),
+    "dependencies": [WORKER_CREDENTIAL],
+}
 
 
 class ExpireLeasesRequest(BaseModel):
@@ -74,13 +81,7 @@ class ExpireLeasesRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@router.get(
-    "",
-    operation_id="listRuns",
-    response_model=RunPage,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
-)
+@router.get("", operation_id="listRuns", response_model=RunPage, **_READ_ROUTE)
 async def list_runs(
     queue: Queue,
     state: RunState | None = None,
@@ -171,23 +172,13 @@ async def expire_leases(
     return {"reopened": reopened, "expired": expired}
 
 
-@router.get(
-    "/{run_id}",
-    operation_id="getRun",
-    response_model=OpsRun,
-    responses=_errors(401, 403, 404, 422, 503),
-    dependencies=[VIEWER_CREDENTIAL],
-)
+@router.get("/{run_id}", operation_id="getRun", response_model=OpsRun, **_READ_ROUTE)
 async def get_run(run_id: uuid.UUID, queue: Queue) -> dict[str, Any]:
     return await queue.get(run_id)
 
 
 @router.post(
-    "/{run_id}/heartbeat",
-    operation_id="heartbeatRun",
-    response_model=OpsRun,
-    responses=_RUN_ERRORS,
-    dependencies=[WORKER_CREDENTIAL],
+    "/{run_id}/heartbeat", operation_id="heartbeatRun", response_model=OpsRun, **_WORKER_RUN_ROUTE
 )
 async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> dict[str, Any]:
     return await worker_ops.heartbeat(call, run_id, body)
@@ -197,19 +188,14 @@ async def heartbeat(run_id: uuid.UUID, body: HeartbeatRequest, call: Worker) -> 
     "/{run_id}/complete",
     operation_id="completeRun",
     response_model=CloseResponse,
-    responses=_RUN_ERRORS,
-    dependencies=[WORKER_CREDENTIAL],
+    **_WORKER_RUN_ROUTE,
 )
 async def complete(run_id: uuid.UUID, body: CompleteRequest, call: Worker) -> dict[str, Any]:
     return await worker_ops.complete(call, run_id, body)
 
 
 @router.post(
-    "/{run_id}/fail",
-    operation_id="failRun",
-    response_model=CloseResponse,
-    responses=_RUN_ERRORS,
-    dependencies=[WORKER_CREDENTIAL],
+    "/{run_id}/fail", operation_id="failRun", response_model=CloseResponse, **_WORKER_RUN_ROUTE
 )
 async def fail(run_id: uuid.UUID, body: FailRequest, call: Worker) -> dict[str, Any]:
     return await worker_ops.fail(call, run_id, body)

@@ -96,17 +96,8 @@ class Api:
         body: Any = None,
         headers: dict[str, str] | None = None,
     ) -> Answer:
-        try:
-            response = self._http.request(method, path, params=params, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise CliError(
-                f"activity-core is not reachable at {self._http.base_url}: {type(exc).__name__}",
-                EXIT_UNAVAILABLE,
-            ) from exc
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
+        response = self._send(method, path, params=params, json=body, headers=headers)
+        payload = _json_of(response)
         if response.status_code in ok and payload is not None:
             return Answer(response.status_code, payload)
         raise _refusal(response.status_code, payload)
@@ -114,13 +105,7 @@ class Api:
     def download(self, path: str, *, media_type: str) -> bytes:
         """A GET whose 200 is not JSON (a patch, a bundle): its bytes; every other answer
         becomes a CliError as `call`'s do."""
-        try:
-            response = self._http.get(path)
-        except httpx.HTTPError as exc:
-            raise CliError(
-                f"activity-core is not reachable at {self._http.base_url}: {type(exc).__name__}",
-                EXIT_UNAVAILABLE,
-            ) from exc
+        response = self._send("GET", path)
         if response.status_code == 200:
             if response.headers.get("content-type", "").split(";")[0].strip() != media_type:
                 raise CliError(
@@ -129,11 +114,23 @@ class Api:
                     EXIT_UNAVAILABLE,
                 )
             return response.content
+        raise _refusal(response.status_code, _json_of(response))
+
+    def _send(self, method: str, path: str, **request: Any) -> httpx.Response:
         try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        raise _refusal(response.status_code, payload)
+            return self._http.request(method, path, **request)
+        except httpx.HTTPError as exc:
+            raise CliError(
+                f"activity-core is not reachable at {self._http.base_url}: {type(exc).__name__}",
+                EXIT_UNAVAILABLE,
+            ) from exc
+
+
+def _json_of(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def _refusal(status: int, payload: Any) -> CliError:

@@ -193,14 +193,19 @@ class ChangesReader:
         self._gate = asyncio.Semaphore(MAX_CONCURRENT_DERIVATIONS)
         self._views: OrderedDict[str, Derived] = OrderedDict()
 
-    async def stored(self, run_id: uuid.UUID) -> StoredChanges | None:
-        """The current attempt's row, or None."""
-        row = await run_unit(
+    async def _row_of_run(self, query: str, run_id: uuid.UUID) -> asyncpg.Record | None:
+        """`query`'s one row for the run, a read that is run again when its connection was
+        lost."""
+        return await run_unit(
             self._pool,
             Unit.READ,
-            lambda conn: conn.fetchrow(queries.GET_CURRENT_CHANGES, run_id),
+            lambda conn: conn.fetchrow(query, run_id),
             untouched=True,
         )
+
+    async def stored(self, run_id: uuid.UUID) -> StoredChanges | None:
+        """The current attempt's row, or None."""
+        row = await self._row_of_run(queries.GET_CURRENT_CHANGES, run_id)
         if row is None:
             return None
         return StoredChanges(
@@ -225,12 +230,7 @@ class ChangesReader:
     async def view(self, run_id: uuid.UUID) -> ChangesView:
         """The view, with the run's publication as it is now (never cached: it changes)."""
         view = await self.view_of(await self.require(run_id))
-        row = await run_unit(
-            self._pool,
-            Unit.READ,
-            lambda conn: conn.fetchrow(publication_queries.GET_PUBLICATION, run_id),
-            untouched=True,
-        )
+        row = await self._row_of_run(publication_queries.GET_PUBLICATION, run_id)
         if row is None:
             return view
         return dataclasses.replace(view, publication=project_publication(dict(row)))

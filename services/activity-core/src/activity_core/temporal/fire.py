@@ -37,12 +37,11 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from activity_core.db.unavailable import pooled, unavailable_on_loss
+from activity_core.db.unavailable import unavailable_on_loss
 from activity_core.temporal import queries
 from activity_core.temporal.audit_entry import ActionAudit, Unaudited
-from activity_core.temporal.client import TemporalClientProvider, is_unreachable
+from activity_core.temporal.client import TemporalClientProvider
 from activity_core.temporal.errors import (
     AutomationNotFound,
     AutomationPaused,
@@ -54,6 +53,11 @@ from activity_core.temporal.payloads import (
     WORKFLOW_NAME,
     RunActivityInput,
     RunActivityResult,
+)
+from activity_core.temporal.request_start import (
+    describe_workflow,
+    start_then_commit,
+    start_workflow,
 )
 
 __all__ = ["FireResult", "fire_manual", "manual_trigger_key", "retry_fire"]
@@ -106,55 +110,53 @@ async def fire_manual(
     Raises AutomationNotFound, AutomationPaused, DatabaseUnavailable or TemporalUnavailable.
     """
     audit = audit or Unaudited()
-    started: FireResult | None = None
-    try:
-        async with pooled(pool) as conn, conn.transaction():
-            row = await _definition(conn, automation)
-            if row is None:
-                raise AutomationNotFound(f"no automation {automation!r}")
-            slug: str = row["slug"]
-            audit.resolved("automation", slug)
-            trigger_key = manual_trigger_key(idempotency_key)
-            workflow_id = f"activity:{slug}:{trigger_key}"
-            details: dict[str, Any] = {"workflow_id": workflow_id, "trigger_key": trigger_key}
-            if idempotency_key is not None:
-                details["idempotency_key"] = idempotency_key
-            if row["paused"]:
-                # a repeat of a fire made before the pause is answered as the first time
-                earlier = (
-                    await _started(temporal, workflow_id, trigger_key)
-                    if idempotency_key is not None
-                    else None
-                )
-                if earlier is None:
-                    raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
-                await audit.write(conn, {**details, "run_id": earlier.run_id}, repeated=True)
-                return earlier
-            intent = conn.transaction()  # a savepoint: a repeat's entry replaces it
-            await intent.start()
-            await audit.write(conn, details)
-            params = RunActivityInput(activity_slug=slug, trigger_key=trigger_key, request=request)
-            try:
-                started = await _start(
-                    temporal, params, workflow_id=workflow_id, task_queue=task_queue
-                )
-            except WorkflowAlreadyStartedError as exc:
-                await intent.rollback()
-                repeat = await _earlier(temporal, exc, trigger_key)
-                await audit.write(conn, {**details, "run_id": repeat.run_id}, repeated=True)
-                return repeat
-    except Exception as exc:
-        if started is None:
-            raise
-        # The workflow runs: "retry" would be false, and a keyless retry a second fire.
-        log.error(
-            "manual fire %s started, but its audit entry did not commit: %s",
-            started.workflow_id,
-            type(exc).__name__,
-            extra={"workflow_id": started.workflow_id, "trigger_key": started.trigger_key},
-        )
-    assert started is not None
-    return started
+    async with start_then_commit(pool, lost_commit=_lost_commit) as (conn, started):
+        row = await _definition(conn, automation)
+        if row is None:
+            raise AutomationNotFound(f"no automation {automation!r}")
+        slug: str = row["slug"]
+        audit.resolved("automation", slug)
+        trigger_key = manual_trigger_key(idempotency_key)
+        workflow_id = f"activity:{slug}:{trigger_key}"
+        details: dict[str, Any] = {"workflow_id": workflow_id, "trigger_key": trigger_key}
+        if idempotency_key is not None:
+            details["idempotency_key"] = idempotency_key
+        if row["paused"]:
+            # a repeat of a fire made before the pause is answered as the first time
+            earlier = (
+                await _started(temporal, workflow_id, trigger_key)
+                if idempotency_key is not None
+                else None
+            )
+            if earlier is None:
+                raise AutomationPaused(f"automation {slug!r} is paused; it does not fire")
+            await audit.write(conn, {**details, "run_id": earlier.run_id}, repeated=True)
+            return earlier
+        intent = conn.transaction()  # a savepoint: a repeat's entry replaces it
+        await intent.start()
+        await audit.write(conn, details)
+        params = RunActivityInput(activity_slug=slug, trigger_key=trigger_key, request=request)
+        try:
+            started.answer = await _start(
+                temporal, params, workflow_id=workflow_id, task_queue=task_queue
+            )
+        except WorkflowAlreadyStartedError as exc:
+            await intent.rollback()
+            repeat = await _earlier(temporal, exc, trigger_key)
+            await audit.write(conn, {**details, "run_id": repeat.run_id}, repeated=True)
+            return repeat
+    assert started.answer is not None
+    return started.answer
+
+
+def _lost_commit(started: FireResult, exc: Exception) -> None:
+    # The workflow runs: "retry" would be false, and a keyless retry a second fire.
+    log.error(
+        "manual fire %s started, but its audit entry did not commit: %s",
+        started.workflow_id,
+        type(exc).__name__,
+        extra={"workflow_id": started.workflow_id, "trigger_key": started.trigger_key},
+    )
 
 
 async def _earlier(
@@ -174,19 +176,9 @@ async def _started(
 ) -> FireResult | None:
     """The fire `workflow_id` as its start answered it (its first run), None when Temporal
     has no such workflow."""
-    client = await temporal.get()
-    try:
-        described = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise TemporalUnavailable(
-            f"Temporal at {temporal.address} refused a describe: {exc.status.name}"
-        ) from exc
-    except RuntimeError as exc:
-        if is_unreachable(exc):
-            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
-        raise
+    described = await describe_workflow(temporal, workflow_id, refused="a describe")
+    if described is None:
+        return None
     run_id = described.raw_description.workflow_execution_info.first_run_id or described.run_id
     return FireResult(workflow_id, run_id, trigger_key)
 
@@ -247,27 +239,15 @@ async def _start(
     workflow_id: str,
     task_queue: str,
 ) -> FireResult:
-    client = await temporal.get()
-    try:
-        handle = await client.start_workflow(
-            WORKFLOW_NAME,
-            params,
-            id=workflow_id,
-            task_queue=task_queue,
-            result_type=RunActivityResult,
-            # a fire's id names that fire only: never started again once it closed
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
-    except WorkflowAlreadyStartedError:
-        raise
-    except RPCError as exc:
-        # unreachable, or refusing our namespace: either way not the request's fault
-        raise TemporalUnavailable(
-            f"Temporal at {temporal.address} refused the start: {exc.status.name}"
-        ) from exc
-    except RuntimeError as exc:
-        if is_unreachable(exc):
-            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
-        raise
+    handle = await start_workflow(
+        temporal,
+        WORKFLOW_NAME,
+        params,
+        workflow_id=workflow_id,
+        task_queue=task_queue,
+        result_type=RunActivityResult,
+        # a fire's id names that fire only: never started again once it closed
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    )
     run_id = handle.result_run_id or handle.first_execution_run_id or ""
     return FireResult(workflow_id=handle.id, run_id=run_id, trigger_key=params.trigger_key)

@@ -7,7 +7,7 @@ serialized): the run must be succeeded with its current attempt's changes stored
 - a `pending` one answers as it is too (its workflow is running; `repeated`);
 - none, or a `failed` one: the row becomes `pending` (who, when), the audit entry is
   written as the intent, and PublishChangesWorkflow is started, all before COMMIT, as a
-  manual fire does (temporal/fire.py): a failed write means nothing started (503, ask
+  manual fire does (temporal/request_start.py): a failed write means nothing started (503, ask
   again); a failed start rolls the row and the entry back. Once the workflow started,
   the answer is `pending` whatever the COMMIT does: a lost COMMIT is logged, never
   answered 503 "retry" (the workflow writes its row itself, an upsert, so the run still
@@ -35,6 +35,7 @@ publication failed), which is what "failed → publish again" needs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -44,9 +45,7 @@ import asyncpg
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from activity_core.db.unavailable import pooled
 from activity_core.publication import queries
 from activity_core.publication.payloads import (
     PUBLISH_WORKFLOW_NAME,
@@ -58,8 +57,12 @@ from activity_core.publication.record import project_publication
 from activity_core.publication.remote_git import changes_ref
 from activity_core.queue.errors import QueueRefusal
 from activity_core.temporal.audit_entry import ActionAudit
-from activity_core.temporal.client import TemporalClientProvider, is_unreachable
-from activity_core.temporal.errors import TemporalUnavailable
+from activity_core.temporal.client import TemporalClientProvider
+from activity_core.temporal.request_start import (
+    describe_workflow,
+    start_then_commit,
+    start_workflow,
+)
 from ops_contracts import RefusalCode
 
 __all__ = ["PublicationAnswer", "request_publication"]
@@ -85,76 +88,75 @@ async def request_publication(
 ) -> PublicationAnswer:
     """Raises QueueRefusal (not_found, state_conflict), DatabaseUnavailable or
     TemporalUnavailable (nothing started)."""
-    started: PublicationAnswer | None = None
-    try:
-        async with pooled(pool) as conn, conn.transaction():
-            run = await conn.fetchrow(queries.PUBLISH_SOURCE, run_id)
-            if run is None:
-                raise QueueRefusal(RefusalCode.not_found, "no ops run with this id")
-            if run["state"] != "succeeded":
-                raise QueueRefusal(
-                    RefusalCode.state_conflict,
-                    f"the run is {run['state']}; only a succeeded run's changes are published",
-                )
-            if run["digest"] is None:
-                raise QueueRefusal(
-                    RefusalCode.state_conflict,
-                    f"the run has no stored changes for its attempt {run['attempt']}",
-                )
-            earlier = await conn.fetchrow(queries.LOCK_PUBLICATION, run_id)
-            workflow_id = publication_workflow_id(str(run_id))
-            reconciled: str | None = None
-            if earlier is not None and earlier["state"] == "pending":
-                reconciled = await _ended_without_result(temporal, workflow_id)
-                if reconciled is not None:
-                    earlier = await conn.fetchrow(
-                        queries.MARK_WORKFLOW_ENDED, run_id, workflow_id, reconciled
-                    )
-                    log.warning(
-                        "publication of run %s was pending on a closed workflow: %s",
-                        run_id,
-                        reconciled,
-                        extra={"run_id": str(run_id), "workflow_id": workflow_id},
-                    )
-            if earlier is not None and earlier["state"] in ("published", "pending"):
-                await audit.write(
-                    conn, {"state": earlier["state"], "workflow_id": workflow_id}, repeated=True
-                )
-                shown = project_publication(dict(earlier))
-                assert shown is not None
-                return PublicationAnswer(run_id, shown, started=False)
-            ref = changes_ref(str(run_id), run["attempt"])
-            row = await conn.fetchrow(
-                queries.REQUEST_PENDING, run_id, run["attempt"], ref, requested_by, workflow_id
+    lost_commit = functools.partial(_lost_commit, run_id)
+    async with start_then_commit(pool, lost_commit=lost_commit) as (conn, started):
+        run = await conn.fetchrow(queries.PUBLISH_SOURCE, run_id)
+        if run is None:
+            raise QueueRefusal(RefusalCode.not_found, "no ops run with this id")
+        if run["state"] != "succeeded":
+            raise QueueRefusal(
+                RefusalCode.state_conflict,
+                f"the run is {run['state']}; only a succeeded run's changes are published",
             )
-            assert row is not None  # an upsert always returns its row
-            details: dict[str, Any] = {"workflow_id": workflow_id, "ref": ref}
-            if earlier is not None:
-                details["after_failure"] = True
+        if run["digest"] is None:
+            raise QueueRefusal(
+                RefusalCode.state_conflict,
+                f"the run has no stored changes for its attempt {run['attempt']}",
+            )
+        earlier = await conn.fetchrow(queries.LOCK_PUBLICATION, run_id)
+        workflow_id = publication_workflow_id(str(run_id))
+        reconciled: str | None = None
+        if earlier is not None and earlier["state"] == "pending":
+            reconciled = await _ended_without_result(temporal, workflow_id)
             if reconciled is not None:
-                details["reconciled"] = reconciled
-            await audit.write(conn, details)
-            params = PublishChangesInput(
-                run_id=str(run_id),
-                attempt=run["attempt"],
-                requested_by=requested_by,
-                requested_at=row["requested_at"].isoformat(),
+                earlier = await conn.fetchrow(
+                    queries.MARK_WORKFLOW_ENDED, run_id, workflow_id, reconciled
+                )
+                log.warning(
+                    "publication of run %s was pending on a closed workflow: %s",
+                    run_id,
+                    reconciled,
+                    extra={"run_id": str(run_id), "workflow_id": workflow_id},
+                )
+        if earlier is not None and earlier["state"] in ("published", "pending"):
+            await audit.write(
+                conn, {"state": earlier["state"], "workflow_id": workflow_id}, repeated=True
             )
-            await _start(temporal, params, workflow_id=workflow_id, task_queue=task_queue)
-            shown = project_publication(dict(row))
+            shown = project_publication(dict(earlier))
             assert shown is not None
-            started = PublicationAnswer(run_id, shown, started=True)
-    except Exception as exc:
-        if started is None:
-            raise
-        log.error(
-            "publication of run %s started, but its request did not commit: %s",
-            run_id,
-            type(exc).__name__,
-            extra={"run_id": str(run_id), "workflow_id": publication_workflow_id(str(run_id))},
+            return PublicationAnswer(run_id, shown, started=False)
+        ref = changes_ref(str(run_id), run["attempt"])
+        row = await conn.fetchrow(
+            queries.REQUEST_PENDING, run_id, run["attempt"], ref, requested_by, workflow_id
         )
-    assert started is not None
-    return started
+        assert row is not None  # an upsert always returns its row
+        details: dict[str, Any] = {"workflow_id": workflow_id, "ref": ref}
+        if earlier is not None:
+            details["after_failure"] = True
+        if reconciled is not None:
+            details["reconciled"] = reconciled
+        await audit.write(conn, details)
+        params = PublishChangesInput(
+            run_id=str(run_id),
+            attempt=run["attempt"],
+            requested_by=requested_by,
+            requested_at=row["requested_at"].isoformat(),
+        )
+        await _start(temporal, params, workflow_id=workflow_id, task_queue=task_queue)
+        shown = project_publication(dict(row))
+        assert shown is not None
+        started.answer = PublicationAnswer(run_id, shown, started=True)
+    assert started.answer is not None
+    return started.answer
+
+
+def _lost_commit(run_id: uuid.UUID, started: PublicationAnswer, exc: Exception) -> None:
+    log.error(
+        "publication of run %s started, but its request did not commit: %s",
+        run_id,
+        type(exc).__name__,
+        extra={"run_id": str(run_id), "workflow_id": publication_workflow_id(str(run_id))},
+    )
 
 
 _ENDED = {
@@ -168,19 +170,9 @@ _ENDED = {
 async def _ended_without_result(temporal: TemporalClientProvider, workflow_id: str) -> str | None:
     """Why a pending publication's workflow can no longer record a result, or None while
     it runs (or completed: it recorded `published` itself)."""
-    client = await temporal.get()
-    try:
-        described = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as exc:
-        if exc.status is RPCStatusCode.NOT_FOUND:
-            return "workflow_missing"
-        raise TemporalUnavailable(
-            f"Temporal at {temporal.address} refused the lookup: {exc.status.name}"
-        ) from exc
-    except RuntimeError as exc:
-        if is_unreachable(exc):
-            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
-        raise
+    described = await describe_workflow(temporal, workflow_id, refused="the lookup")
+    if described is None:
+        return "workflow_missing"
     return _ENDED.get(described.status) if described.status is not None else None
 
 
@@ -191,12 +183,12 @@ async def _start(
     workflow_id: str,
     task_queue: str,
 ) -> None:
-    client = await temporal.get()
     try:
-        await client.start_workflow(
+        await start_workflow(
+            temporal,
             PUBLISH_WORKFLOW_NAME,
             params,
-            id=workflow_id,
+            workflow_id=workflow_id,
             task_queue=task_queue,
             result_type=PublishChangesResult,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
@@ -209,11 +201,3 @@ async def _start(
             "a publication of this run is running or has completed in Temporal; "
             "its state shows once it has recorded it",
         ) from None
-    except RPCError as exc:
-        raise TemporalUnavailable(
-            f"Temporal at {temporal.address} refused the start: {exc.status.name}"
-        ) from exc
-    except RuntimeError as exc:
-        if is_unreachable(exc):
-            raise TemporalUnavailable(f"Temporal is not reachable at {temporal.address}") from exc
-        raise

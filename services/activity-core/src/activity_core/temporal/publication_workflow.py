@@ -20,6 +20,7 @@ published one can never be run again under its id.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -58,6 +59,21 @@ _DB_RETRY = RetryPolicy(
 )
 
 
+async def _record(
+    step: Callable[[PublicationActivities, PublicationFailedInput], Awaitable[None]],
+    params: PublishChangesInput,
+    reason: str,
+) -> None:
+    """A step that gave up, recorded in the publication's row: a database write, retried
+    for as long as the database is away."""
+    await workflow.execute_activity_method(
+        step,
+        PublicationFailedInput(publication=params, reason=reason),
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=_DB_RETRY,
+    )
+
+
 @workflow.defn(name=PUBLISH_WORKFLOW_NAME)
 class PublishChangesWorkflow:
     @workflow.run
@@ -77,12 +93,7 @@ class PublishChangesWorkflow:
             refused = isinstance(cause, ApplicationError) and cause.type == PUBLICATION_REFUSED
             if not refused:
                 reason = f"gave up after retrying: {reason}"
-                await workflow.execute_activity_method(
-                    PublicationActivities.mark_failed,
-                    PublicationFailedInput(publication=params, reason=reason),
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_DB_RETRY,
-                )
+                await _record(PublicationActivities.mark_failed, params, reason)
             raise ApplicationError(
                 f"publication failed: {reason}", type="PublicationFailed", non_retryable=True
             ) from exc
@@ -100,12 +111,7 @@ class PublishChangesWorkflow:
                 )
             except ActivityError as exc:
                 error = f"the pull request could not be opened: {exc.cause or exc}"
-                await workflow.execute_activity_method(
-                    PublicationActivities.pull_request_gave_up,
-                    PublicationFailedInput(publication=params, reason=error),
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_DB_RETRY,
-                )
+                await _record(PublicationActivities.pull_request_gave_up, params, error)
         return PublishChangesResult(
             state="published",
             ref=push.ref,
