@@ -40,13 +40,12 @@ class Done:
 def serve_env(db_dsn: str, **settings: str) -> dict[str, str]:
     """This process's environment without any of the service's own variables, plus the
     test database and `settings`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"))
-    }
-    env.update(ACTIVITY_CORE_DATABASE_URL=db_dsn, ACTIVITY_CORE_LOG_LEVEL="WARNING", **settings)
-    return env
+    return env_without(
+        ("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"),
+        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+        ACTIVITY_CORE_LOG_LEVEL="WARNING",
+        **settings,
+    )
 
 
 @asynccontextmanager
@@ -87,14 +86,24 @@ async def serve_process(
         proc.communicate(timeout=30)
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"))
-    }
-    env.update(extra)
+def env_without(prefixes: tuple[str, ...], **values: str) -> dict[str, str]:
+    """This process's environment without the variables whose names start with one of
+    `prefixes`, plus `values`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.update(values)
     return env
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    return env_without(
+        ("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"), **extra
+    )
+
+
+def temporal_cli_env(**values: str) -> dict[str, str]:
+    """The environment of an `activity-core` command run against the Temporal dev server:
+    none of the service's, Temporal's or the state hub's variables but `values`."""
+    return env_without(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"), **values)
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
