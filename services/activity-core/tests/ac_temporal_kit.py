@@ -13,7 +13,7 @@ import asyncpg
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from ac_testkit import settings_env
+from ac_testkit import AppClient, settings_env
 from activity_core.db.pool import create_pool
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions
@@ -21,6 +21,7 @@ from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
 from activity_core.temporal.activities import ActivityCoreActivities
+from activity_core.temporal.payloads import RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
 from activity_core.temporal.workflow import RunActivityWorkflow
@@ -121,6 +122,31 @@ class TemporalHarness:
 
     async def result(self, handle: WorkflowHandle[Any, Any]) -> Any:
         return await asyncio.wait_for(handle.result(), timeout=30)
+
+    async def fired(self, answer: dict[str, Any]) -> RunActivityResult:
+        """The result of the workflow a fire answered with (`workflow_id`, `run_id`)."""
+        handle = self.client.get_workflow_handle(
+            answer["workflow_id"], run_id=answer["run_id"], result_type=RunActivityResult
+        )
+        result: RunActivityResult = await self.result(handle)
+        return result
+
+    async def workflow_ids(self) -> list[str]:
+        """Every workflow of this test's task queue, running or closed, sorted."""
+        query = f'TaskQueue = "{self.task_queue}"'
+        return sorted([wf.id async for wf in self.client.list_workflows(query)])
+
+
+async def temporal_app(temporal: TemporalHarness, app_factory: Any, **env: Any) -> AppClient:
+    """Another app on the test's database (`app_factory`), bound to the harness's Temporal
+    and task queue; `env` adds or overrides settings."""
+    settings = {
+        "TEMPORAL_ADDRESS": temporal.settings.temporal_address,
+        "TEMPORAL_TASK_QUEUE": temporal.task_queue,
+        **env,
+    }
+    api: AppClient = await app_factory(**settings)
+    return api
 
 
 # What a test may put in the worker instead of the real activities (given the harness and

@@ -12,19 +12,10 @@ from typing import Any
 
 import asyncpg
 
-from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT, AppClient
+from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT
 from ac_ui import csrf_of, post_form, session, signed_in
 from activity_core.definitions.model import definition_uuid
-from activity_core.temporal.payloads import RunActivityResult
-
-
-async def actions_app(temporal: TemporalHarness, app_factory: Any) -> AppClient:
-    api: AppClient = await app_factory(
-        TEMPORAL_ADDRESS=temporal.settings.temporal_address,
-        TEMPORAL_TASK_QUEUE=temporal.task_queue,
-    )
-    return api
 
 
 async def pause_state(temporal: TemporalHarness, slug: str) -> tuple[Any, ...]:
@@ -41,12 +32,6 @@ async def audited(pool: asyncpg.Pool) -> list[tuple[str, str, str]]:
     return [(r["action"], r["target"], r["outcome"]) for r in rows]
 
 
-async def workflows(temporal: TemporalHarness) -> list[str]:
-    """Every workflow of this test's task queue, running or closed."""
-    query = f'TaskQueue = "{temporal.task_queue}"'
-    return [wf.id async for wf in temporal.client.list_workflows(query)]
-
-
 def assert_unavailable(response: Any) -> None:
     assert response.status_code == 503, response.text
     assert response.json()["code"] == "unavailable"
@@ -57,7 +42,7 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
 ) -> None:
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
     active = await pause_state(temporal, spec.id)
@@ -90,7 +75,7 @@ async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_sched
 ) -> None:
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     active = await pause_state(temporal, spec.id)
 
@@ -109,7 +94,7 @@ async def test_a_fire_whose_audit_write_fails_starts_nothing(
 ) -> None:
     spec = definition(temporal.slug, cron=None)
     await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
     await temporal.pool.execute(REFUSE_AUDIT)
@@ -120,11 +105,8 @@ async def test_a_fire_whose_audit_write_fails_starts_nothing(
     fired = await api.http.post(path, json={}, headers=api.operator_headers())
     assert fired.status_code == 202, fired.text
     body = fired.json()
-    handle = temporal.client.get_workflow_handle(
-        body["workflow_id"], run_id=body["run_id"], result_type=RunActivityResult
-    )
-    assert (await temporal.result(handle)).emitted_count == 1
-    assert await workflows(temporal) == [body["workflow_id"]]
+    assert (await temporal.fired(body)).emitted_count == 1
+    assert await temporal.workflow_ids() == [body["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
     assert await audited(temporal.pool) == [("fire", f"automation:{spec.id}", "applied")]
 
@@ -135,7 +117,7 @@ async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     manual = definition(f"{temporal.slug}-manual", cron=None)
     await temporal.sync(spec, manual)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     by_uuid = f"/ops/automations/{definition_uuid(spec.id)}"
 
@@ -175,7 +157,7 @@ async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
 ) -> None:
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
     assert (await api.http.post(f"{path}/pause", headers=operator)).status_code == 200
@@ -213,7 +195,7 @@ async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a
 ) -> None:
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     cookie = await signed_in(api.http)
     page_path = f"/ops/ui/automations/{spec.id}"
     by_uuid = f"/ops/ui/automations/{definition_uuid(spec.id)}"
