@@ -118,12 +118,15 @@ def operator_header(style: str, token: str) -> dict[str, str]:
     return {"X-Operator-Token": token}
 
 
-def assert_refused(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
+def assert_refused(response: httpx.Response, status: int, code: str, case: str = "") -> None:
+    """`status` with the documented body: `code` and a detail; `case` names the request in
+    a failure's message."""
+    label = f"{case}: " if case else ""
+    assert response.status_code == status, f"{label}{response.text}"
     body = response.json()
-    assert body["code"] == code, body
+    assert body["code"] == code, f"{label}{body}"
     assert isinstance(body["detail"], str)
-    assert body["detail"]
+    assert body["detail"], case
 
 
 def sha256_digest(token: str) -> str:
@@ -202,11 +205,7 @@ async def test_worker_endpoint_refusals_change_no_row(
         response = await call_worker(
             api.http, endpoint, run_id, worker_id=worker_id, headers=headers
         )
-        assert response.status_code == status, f"{case}: {response.text}"
-        body = response.json()
-        assert body["code"] == code, f"{case}: {body}"
-        assert isinstance(body["detail"], str)
-        assert body["detail"], case
+        assert_refused(response, status, code, case)
     assert await snapshot(db) == before
 
 
@@ -259,10 +258,7 @@ async def test_operator_endpoint_refusals_change_no_row(
     before = await snapshot(db)
     for case, headers, status, code in OPERATOR_REFUSALS:
         response = await call_operator(api.http, endpoint, rows.claimed, headers=headers)
-        assert response.status_code == status, f"{case}: {response.text}"
-        body = response.json()
-        assert body["code"] == code, f"{case}: {body}"
-        assert body["detail"], case
+        assert_refused(response, status, code, case)
     assert await snapshot(db) == before
 
 
