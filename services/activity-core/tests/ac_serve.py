@@ -7,18 +7,20 @@ with an environment cleaned of the service's variables."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from ac_testkit import OPERATOR_TOKEN
 from activity_core.temporal.dev_server import free_port
 from ops_devsupport.processes import console_script, run_console_script
 
@@ -46,6 +48,25 @@ def serve_env(db_dsn: str, **settings: str) -> dict[str, str]:
         ACTIVITY_CORE_LOG_LEVEL="WARNING",
         **settings,
     )
+
+
+async def operator_cli(
+    main: Callable[..., int],
+    url: str | None,
+    *argv: str,
+    token: str | None = OPERATOR_TOKEN,
+    **env: str,
+) -> Done:
+    """An operator CLI's `main(argv)` run in a thread against the API at `url` with the
+    operator `token` (None: neither set), `env` added to its environment."""
+    environ = {"NO_PROXY": "*", **env}
+    if url is not None:
+        environ["ACTIVITY_CORE_API_URL"] = url
+    if token is not None:
+        environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = token
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
+    return Done(code, out.getvalue(), err.getvalue())
 
 
 @asynccontextmanager

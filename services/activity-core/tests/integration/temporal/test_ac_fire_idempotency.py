@@ -6,11 +6,10 @@ is answered as the first time; another key is another fire; a bad key is 422."""
 from __future__ import annotations
 
 import asyncio
-import io
 import urllib.parse
 from typing import Any
 
-from ac_serve import Done
+from ac_serve import operator_cli
 from ac_temporal_kit import TemporalHarness, definition, temporal_app
 from ac_testkit import (
     ALLOW_AUDIT,
@@ -144,12 +143,7 @@ async def test_a_lost_answer_retried_with_the_key_fires_once(
     writer.close()
     del reader
 
-    environ = {"NO_PROXY": "*", "ACTIVITY_CORE_API_URL": served}
-    environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = OPERATOR_TOKEN
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["fire", spec.id, "--idempotency-key", key, "--json"]
-    code = await asyncio.to_thread(main, argv, environ=environ, out=out, err=err)
-    retried = Done(code, out.getvalue(), err.getvalue())
+    retried = await operator_cli(main, served, "fire", spec.id, "--idempotency-key", key, "--json")
     assert retried.code == 0, retried.err
     await temporal.fired(retried.json())
     assert await temporal.workflow_ids() == [retried.json()["workflow_id"]]
