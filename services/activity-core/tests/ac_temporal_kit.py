@@ -21,7 +21,8 @@ from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
 from activity_core.temporal.activities import ActivityCoreActivities
-from activity_core.temporal.payloads import RunActivityResult
+from activity_core.temporal.fire import manual_trigger_key
+from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
 from activity_core.temporal.workflow import RunActivityWorkflow
@@ -122,6 +123,20 @@ class TemporalHarness:
 
     async def result(self, handle: WorkflowHandle[Any, Any]) -> Any:
         return await asyncio.wait_for(handle.result(), timeout=30)
+
+    async def start_fire(self, slug: str) -> WorkflowHandle[Any, RunActivityResult]:
+        """A RunActivityWorkflow of `slug` started on the task queue as a manual fire
+        would start it (its own trigger key, correlation id c-1)."""
+        key = manual_trigger_key()
+        return await self.client.start_workflow(
+            WORKFLOW_NAME,
+            RunActivityInput(
+                activity_slug=slug, trigger_key=key, request={"correlation_id": "c-1"}
+            ),
+            id=f"activity:{slug}:{key}",
+            task_queue=self.task_queue,
+            result_type=RunActivityResult,
+        )
 
     async def fired(self, answer: dict[str, Any]) -> RunActivityResult:
         """The result of the workflow a fire answered with (`workflow_id`, `run_id`)."""
