@@ -140,6 +140,13 @@ class AppClient:
         )
 
 
+async def insert_ops_run(conn: asyncpg.Connection, values: dict[str, Any]) -> None:
+    """One ops_runs row of `values` (column: value), written directly."""
+    names = ", ".join(values)
+    params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+    await conn.execute(f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values())
+
+
 DEFINITION_ID = uuid.UUID("00000000-0000-4000-8000-00000000d001")
 
 
@@ -195,11 +202,7 @@ class SeededQueue:
             "updated_at": created,
         }
         values.update(columns)
-        names = ", ".join(values)
-        params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
-        await self.conn.execute(
-            f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values()
-        )
+        await insert_ops_run(self.conn, values)
         return run_id
 
     async def runs(self, n: int, **kwargs: Any) -> list[uuid.UUID]:
