@@ -205,6 +205,19 @@ class SeededQueue:
         await insert_ops_run(self.conn, values)
         return run_id
 
+    async def claimed(
+        self, lease: timedelta, *, owner: str = WORKER_ID, attempt: int = 1, **columns: Any
+    ) -> uuid.UUID:
+        """A run claimed by `owner` at `attempt`, its lease ending `lease` from now (negative:
+        ended that long ago)."""
+        return await self.run(
+            state="claimed",
+            claim_owner=owner,
+            lease_until=datetime.now().astimezone() + lease,
+            attempt=attempt,
+            **columns,
+        )
+
     async def runs(self, n: int, **kwargs: Any) -> list[uuid.UUID]:
         base = datetime.now().astimezone() - timedelta(days=1)
         return [

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,10 @@ class Rows:
 
 
 async def seed_rows(seeded: SeededQueue, owner: str = WORKER_ID) -> Rows:
-    now = datetime.now(UTC)
     return Rows(
         open=await seeded.run(),
-        claimed=await seeded.run(
-            state="claimed", claim_owner=owner, lease_until=now + timedelta(hours=1), attempt=1
-        ),
-        stale=await seeded.run(
-            state="claimed", claim_owner=owner, lease_until=now - timedelta(minutes=5), attempt=1
-        ),
+        claimed=await seeded.claimed(timedelta(hours=1), owner=owner),
+        stale=await seeded.claimed(timedelta(minutes=-5), owner=owner),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from ac_testkit import WORKER_ID, AppClient, SeededQueue, refusal_of
@@ -121,12 +121,7 @@ async def test_closing_an_open_run_is_state_conflict(api: AppClient, seeded: See
 async def test_closing_another_workers_claim_is_wrong_owner(
     api: AppClient, seeded: SeededQueue
 ) -> None:
-    run_id = await seeded.run(
-        state="claimed",
-        claim_owner=OTHER_WORKER,
-        attempt=1,
-        lease_until=datetime.now().astimezone() + timedelta(minutes=5),
-    )
+    run_id = await seeded.claimed(timedelta(minutes=5), owner=OTHER_WORKER)
     response = await api.complete(run_id, {"ok": True})
     refusal_of(response, 409, "wrong_owner")
     assert (await seeded.row(run_id))["claim_owner"] == OTHER_WORKER

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +113,7 @@ async def test_a_viewer_acts_on_nothing_and_every_attempt_is_audited(
 ) -> None:
     api: AppClient = await app_factory()
     failed = await seeded.run(state="failed", claim_owner=WORKER_ID, attempt=1)
-    claimed = await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) - timedelta(minutes=1),
-        attempt=1,
-    )
+    claimed = await seeded.claimed(timedelta(minutes=-1))
     before = await snapshot(db)
     attempts = [
         ("POST", f"/ops-runs/{failed}/requeue", None, "requeue", f"ops_run:{failed}"),
@@ -236,12 +231,7 @@ async def test_the_audit_trail_pages_and_filters(api: AppClient, seeded: SeededQ
 async def test_expire_leases_is_audited_with_what_it_did(
     api: AppClient, seeded: SeededQueue
 ) -> None:
-    await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) - timedelta(minutes=1),
-        attempt=1,
-    )
+    await seeded.claimed(timedelta(minutes=-1))
     response = await api.http.post("/ops-runs/expire-leases", headers=api.operator_headers())
     assert response.json() == {"reopened": 1, "expired": 0}
     assert response.headers["X-Request-Id"]
