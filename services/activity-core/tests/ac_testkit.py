@@ -85,6 +85,21 @@ class AppClient:
     def operator_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 
+    async def pages(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """Every page of the operator listing at `path` with `params`, following
+        `next_cursor` until a page has none: each page's body, in order."""
+        bodies: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            query = {**params, **({"cursor": cursor} if cursor else {})}
+            response = await self.http.get(path, params=query, headers=self.operator_headers())
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            bodies.append(body)
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return bodies
+
     async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
         return await self.http.post(
             "/ops-runs/claim",

@@ -209,17 +209,8 @@ async def test_the_audit_trail_pages_and_filters(api: AppClient, seeded: SeededQ
         await api.http.post(
             f"/ops-runs/{run}/cancel", json={"reason": "bulk stop"}, headers=api.operator_headers()
         )
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params = {"limit": "3", "action": "cancel", **({"cursor": cursor} if cursor else {})}
-        body = (
-            await api.http.get("/ops/audit", params=params, headers=api.operator_headers())
-        ).json()
-        seen += [e["target"] for e in body["entries"]]
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
+    pages = await api.pages("/ops/audit", limit="3", action="cancel")
+    seen = [e["target"] for page in pages for e in page["entries"]]
     assert seen == [f"ops_run:{run}" for run in reversed(runs)]
     assert await audit(api, action="requeue") == []
     assert await audit(api, run_id=str(runs[0]), target=f"ops_run:{runs[1]}") == []
