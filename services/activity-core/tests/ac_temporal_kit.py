@@ -102,6 +102,12 @@ class TemporalHarness:
     async def sync(self, *specs: ActivityDefinitionSpec) -> None:
         await sync_definitions(self.pool, list(specs), self.applier)
 
+    async def define(self, **definition_kw: Any) -> ActivityDefinitionSpec:
+        """`definition(self.slug, **definition_kw)`, synced."""
+        spec = definition(self.slug, **definition_kw)
+        await self.sync(spec)
+        return spec
+
     async def activity_runs(self) -> list[asyncpg.Record]:
         return await self.pool.fetch("SELECT * FROM activity_runs ORDER BY scheduled_for, id")
 

@@ -40,8 +40,7 @@ def assert_unavailable(response: Any) -> None:
 async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
@@ -73,8 +72,7 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
 async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_schedule_back(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     active = await pause_state(temporal, spec.id)
@@ -92,8 +90,7 @@ async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_sched
 async def test_a_fire_whose_audit_write_fails_starts_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
@@ -155,8 +152,7 @@ async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
 async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
@@ -193,8 +189,7 @@ async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
 async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a_schedule(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     cookie = await signed_in(api.http)
     page_path = f"/ops/ui/automations/{spec.id}"

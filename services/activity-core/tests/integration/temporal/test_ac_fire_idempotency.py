@@ -10,7 +10,7 @@ import urllib.parse
 from typing import Any
 
 from ac_serve import operator_cli
-from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_temporal_kit import TemporalHarness, temporal_app
 from ac_testkit import (
     ALLOW_AUDIT,
     OPERATOR_TOKEN,
@@ -32,8 +32,7 @@ async def fire_audit(temporal: TemporalHarness) -> list[tuple[str, str | None]]:
 async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     keyed = {**api.operator_headers(), "Idempotency-Key": "INC-1234:first"}
@@ -79,8 +78,7 @@ async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
 async def test_a_retry_after_a_failed_audit_write_fires_once(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     keyed = {**api.operator_headers(), "Idempotency-Key": "retry-after-503"}
@@ -103,8 +101,7 @@ async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
     """Never 503 "retry" once the workflow started: a keyless retry would fire again."""
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
@@ -121,8 +118,7 @@ async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start
 async def test_a_lost_answer_retried_with_the_key_fires_once(
     temporal: TemporalHarness, served: str
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     key = "lost-answer-1"
     url = urllib.parse.urlsplit(served)
     assert url.hostname is not None and url.port is not None
@@ -153,8 +149,7 @@ async def test_a_lost_answer_retried_with_the_key_fires_once(
 async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
@@ -177,8 +172,7 @@ async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
 async def test_a_bad_idempotency_key_is_refused_and_fires_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     bearer = (b"Authorization", f"Bearer {OPERATOR_TOKEN}".encode())

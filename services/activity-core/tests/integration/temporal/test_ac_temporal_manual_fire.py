@@ -14,8 +14,7 @@ from activity_core.temporal.dev_server import free_port
 async def test_manual_fire_runs_the_workflow_and_queues_the_request_attribution(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory)
 
     response = await api.http.post(
@@ -108,8 +107,7 @@ async def test_fire_refusals(temporal: TemporalHarness, app_factory: Any) -> Non
 async def test_fire_answers_503_while_temporal_is_down_and_the_queue_api_still_works(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     api = await temporal_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
 
     response = await api.http.post(

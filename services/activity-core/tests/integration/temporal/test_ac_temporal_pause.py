@@ -43,8 +43,7 @@ async def audit(temporal: TemporalHarness) -> list[tuple[str, str, str, str | No
 async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
 
@@ -134,8 +133,7 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
 async def test_a_sync_keeps_an_operators_pause_and_a_resume_follows_the_new_cron(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="0 6 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     paused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
@@ -272,8 +270,7 @@ async def test_pause_and_resume_refusals(temporal: TemporalHarness, app_factory:
 async def test_pause_answers_503_while_temporal_is_down_and_changes_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * *")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="0 6 * * *")
     api = await temporal_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
     operator = api.operator_headers()
 
@@ -299,8 +296,7 @@ async def test_pause_answers_503_while_temporal_is_down_and_changes_nothing(
 async def test_the_ops_ui_shows_the_pause_and_the_next_fires(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="15 5 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="15 5 * * *", timezone="UTC")
     api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     page = f"/ops/ui/automations/{spec.id}"
