@@ -39,6 +39,19 @@ CREATE CONSTRAINT TRIGGER refuse_audit AFTER INSERT ON ops_audit
 ALLOW_AUDIT = "DROP TRIGGER refuse_audit ON ops_audit; DROP FUNCTION refuse_audit();"
 
 
+@asynccontextmanager
+async def audit_refused(
+    db: asyncpg.Connection | asyncpg.Pool, fault: str = REFUSE_AUDIT
+) -> AsyncIterator[None]:
+    """Inside the block every audit write fails with `fault` (REFUSE_AUDIT, or
+    REFUSE_AUDIT_AT_COMMIT); after it, ALLOW_AUDIT."""
+    await db.execute(fault)
+    try:
+        yield
+    finally:
+        await db.execute(ALLOW_AUDIT)
+
+
 def settings_env(**overrides: Any) -> dict[str, Any]:
     env: dict[str, Any] = {
         "ACTIVITY_CORE_OPERATOR_TOKEN": OPERATOR_TOKEN,

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from ac_temporal_kit import TemporalHarness, definition, temporal_app
-from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT
+from ac_testkit import REFUSE_AUDIT_AT_COMMIT, audit_refused
 from ac_ui import csrf_of, post_form, session, signed_in
 from activity_core.definitions.model import definition_uuid
 
@@ -47,21 +47,19 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
     active = await pause_state(temporal, spec.id)
     assert active[0] is False and active[3] is False
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
-    assert_unavailable(refused)
-    assert await pause_state(temporal, spec.id) == active
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
+        assert_unavailable(refused)
+        assert await pause_state(temporal, spec.id) == active
 
     paused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
     assert paused.status_code == 200, paused.text
     held = await pause_state(temporal, spec.id)
     assert held[:4] == (True, "operator", "outage", True)
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    assert_unavailable(await api.http.post(f"{path}/resume", headers=operator))
-    assert await pause_state(temporal, spec.id) == held
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        assert_unavailable(await api.http.post(f"{path}/resume", headers=operator))
+        assert await pause_state(temporal, spec.id) == held
 
     # only the one pause that changed something is in the trail
     assert await audited(temporal.pool) == [
@@ -78,10 +76,9 @@ async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_sched
     active = await pause_state(temporal, spec.id)
 
     # the entry is written, the Schedule paused, then COMMIT fails
-    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
-    refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
-    assert_unavailable(refused)
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
+        refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
+        assert_unavailable(refused)
     after = await pause_state(temporal, spec.id)
     assert after[:4] == active[:4] == (False, None, None, False)
     assert await audited(temporal.pool) == []
@@ -94,9 +91,8 @@ async def test_a_fire_whose_audit_write_fails_starts_nothing(
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
 
     # the operator retries (no key): one fire, the retry's; the failed one started nothing
     fired = await api.http.post(path, json={}, headers=api.operator_headers())
@@ -197,11 +193,10 @@ async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a
     csrf = await csrf_of(api.http, cookie, page_path)
     active = await pause_state(temporal, spec.id)
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
-    assert refused.status_code == 503, refused.text
-    assert await pause_state(temporal, spec.id) == active
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
+        assert refused.status_code == 503, refused.text
+        assert await pause_state(temporal, spec.id) == active
 
     paused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
     assert paused.status_code == 303, paused.text

@@ -11,12 +11,7 @@ from typing import Any
 
 from ac_serve import operator_cli
 from ac_temporal_kit import TemporalHarness, temporal_app
-from ac_testkit import (
-    ALLOW_AUDIT,
-    OPERATOR_TOKEN,
-    REFUSE_AUDIT,
-    REFUSE_AUDIT_AT_COMMIT,
-)
+from ac_testkit import OPERATOR_TOKEN, REFUSE_AUDIT_AT_COMMIT, audit_refused
 from activity_core.cli_automations import main
 from activity_core.definitions.model import definition_uuid
 
@@ -83,11 +78,10 @@ async def test_a_retry_after_a_failed_audit_write_fires_once(
     path = f"/ops/automations/{spec.id}/fire"
     keyed = {**api.operator_headers(), "Idempotency-Key": "retry-after-503"}
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await api.http.post(path, json={}, headers=keyed)
-    assert refused.status_code == 503, refused.text
-    assert refused.json()["code"] == "unavailable"
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await api.http.post(path, json={}, headers=keyed)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "unavailable"
 
     retried = await api.http.post(path, json={}, headers=keyed)
     assert retried.status_code == 202, retried.text
@@ -105,9 +99,8 @@ async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start
     api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
-    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
-    started = await api.http.post(path, json={}, headers=api.operator_headers())
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
+        started = await api.http.post(path, json={}, headers=api.operator_headers())
     assert started.status_code == 202, started.text
     await temporal.fired(started.json())
     assert await temporal.workflow_ids() == [started.json()["workflow_id"]]
