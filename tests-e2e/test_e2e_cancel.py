@@ -15,6 +15,7 @@ from e2e_kit.stack import (
     Stack,
     approach_processes,
     approaches,
+    closes_of,
     log_lines,
     outbox,
     processes_under,
@@ -38,11 +39,7 @@ def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
     interval = LEASE_SECONDS / 3
 
     stack.fire(SLUG)
-    row = stack.wait(
-        lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "claimed"), None),
-        timeout=30,
-        what="the worker to claim the run",
-    )
+    row = stack.wait_for_run(SLUG, "claimed", timeout=30, what="the worker to claim the run")
     run_id = str(row["id"])
     stack.wait(
         lambda: (run_id, 1) in approaches([worker]) and approach_processes(run_id, 1),
@@ -119,12 +116,8 @@ def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
     box = outbox(config.state_dir)
     assert box.for_run(run_id) == ([], [])
     assert box.pending == [] and box.quarantined == []
-    serve_lines = [line for serve, _ in stack.serves for line in log_lines(serve)]
-    closes = [
-        line
-        for line in serve_lines
-        if line.get("run_id") == run_id and line["message"].startswith(("run complete", "run fail"))
-    ]
+    serve_lines = stack.serve_lines()
+    closes = closes_of(serve_lines, run_id)
     assert closes == []
     cancelled = [
         line

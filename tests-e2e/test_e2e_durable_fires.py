@@ -111,6 +111,16 @@ class Deployment:
     def fire_row(self, run_id: str) -> Any:
         return self.stack.db.fetchrow("SELECT * FROM activity_runs WHERE run_id = $1", run_id)
 
+    def emitted(self, run_id: str, *, what: str) -> Any:
+        """The fire's row, once it is emitted (within 60 s)."""
+        return self.stack.wait(
+            lambda: (
+                (row := self.fire_row(run_id)) is not None and row["status"] == "emitted" and row
+            ),
+            timeout=60,
+            what=what,
+        )
+
 
 @pytest.fixture(scope="module")
 def durable(supervisor: Supervisor, e2e_root: Path, temporal: str) -> Iterator[Deployment]:
@@ -185,13 +195,7 @@ def test_a_database_outage_at_fire_time_still_emits_every_ops_run_once(
     finally:
         durable.proxy.restore()
 
-    fire = stack.wait(
-        lambda: (
-            (row := durable.fire_row(run_id)) is not None and row["status"] == "emitted" and row
-        ),
-        timeout=60,
-        what="the fire to emit once the database is back",
-    )
+    fire = durable.emitted(run_id, what="the fire to emit once the database is back")
     event = fire["triggering_event_id"]
     runs = durable.ops_runs_of(event)
     assert sorted(r["idempotency_key"] for r in runs) == sorted(durable.keys_of(event))
@@ -344,13 +348,7 @@ def test_a_fire_waits_for_its_stopped_temporal_worker_and_emits_when_it_is_back(
     assert durable.fire_row(run_id) is None
 
     durable.worker.start()
-    fire = stack.wait(
-        lambda: (
-            (row := durable.fire_row(run_id)) is not None and row["status"] == "emitted" and row
-        ),
-        timeout=60,
-        what="the waiting fire to emit once its worker is back",
-    )
+    fire = durable.emitted(run_id, what="the waiting fire to emit once its worker is back")
     assert fire["trigger_key"] == "scheduled"
     assert fire["triggering_event_id"].startswith("scheduled:")
     event = fire["triggering_event_id"]

@@ -35,10 +35,8 @@ def test_a_lost_complete_answer_is_kept_replayed_at_the_next_start_and_reconcile
     worker = stack.worker(config, [SLUG])
 
     fire_run_id = stack.fire(SLUG)
-    row = stack.wait(
-        lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "succeeded"), None),
-        timeout=30,
-        what="activity-core to apply the completion",
+    row = stack.wait_for_run(
+        SLUG, "succeeded", timeout=30, what="activity-core to apply the completion"
     )
     run_id = str(row["id"])
     stack.wait(

@@ -23,7 +23,7 @@ from pathlib import Path
 import asyncpg
 
 from e2e_kit.git import landing_branches
-from e2e_kit.stack import Stack, outbox
+from e2e_kit.stack import Stack, delivered_closes, outbox
 from e2e_kit.tcp_proxy import TcpProxy
 from ops_demo.repository import git
 from ops_devsupport.processes import ManagedProcess
@@ -137,10 +137,7 @@ def test_runs_start_from_the_remotes_current_head_and_a_broken_fetch_is_reopened
     assert second["attempt"] == 3
     pending, delivered = outbox(config.state_dir).for_run(second_id)
     assert pending == []
-    closes = sorted(
-        (e["transaction_id"], e["intent"]["action"], e["intent"]["reopen"], e["disposition"])
-        for e in delivered
-    )
+    closes = delivered_closes(delivered)
     assert closes == [
         (f"rtx-{second_id}.1", "fail", True, "reopened"),
         (f"rtx-{second_id}.2", "fail", True, "reopened"),

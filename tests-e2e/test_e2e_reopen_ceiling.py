@@ -6,7 +6,7 @@ and ends the run `failed`."""
 from __future__ import annotations
 
 from e2e_kit.git import landing_branches
-from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
+from e2e_kit.stack import Stack, delivered_closes, log_lines, outbox, ui_facts
 from ops_demo.repository import git
 from ops_devsupport.processes import ManagedProcess
 
@@ -22,10 +22,8 @@ def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
     stack.worker(config, [SLUG])
 
     fire_run_id = stack.fire(SLUG)
-    row = stack.wait(
-        lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "failed"), None),
-        timeout=60,
-        what="the run to fail at the attempt ceiling",
+    row = stack.wait_for_run(
+        SLUG, "failed", timeout=60, what="the run to fail at the attempt ceiling"
     )
     run_id = str(row["id"])
 
@@ -33,10 +31,7 @@ def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
     assert "timed out" in row["last_error"]
     pending, delivered = outbox(config.state_dir).for_run(run_id)
     assert pending == []
-    closes = sorted(
-        (e["transaction_id"], e["intent"]["action"], e["intent"]["reopen"], e["disposition"])
-        for e in delivered
-    )
+    closes = delivered_closes(delivered)
     assert closes == [
         (f"rtx-{run_id}.1", "fail", True, "reopened"),
         (f"rtx-{run_id}.2", "fail", True, "reopened"),

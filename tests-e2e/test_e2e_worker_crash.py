@@ -11,6 +11,7 @@ from e2e_kit.stack import (
     Stack,
     approach_processes,
     approaches,
+    closes_of,
     log_lines,
     outbox,
     processes_under,
@@ -34,11 +35,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     first = stack.worker(first_config, [SLUG])
 
     fire_run_id = stack.fire(SLUG)
-    row = stack.wait(
-        lambda: next((r for r in stack.ops_runs(SLUG) if r["state"] == "claimed"), None),
-        timeout=30,
-        what="worker 1 to claim the run",
-    )
+    row = stack.wait_for_run(SLUG, "claimed", timeout=30, what="worker 1 to claim the run")
     run_id = str(row["id"])
     assert (row["claim_owner"], row["attempt"]) == ("e2e-kill-1", 1)
     stack.wait(
@@ -65,7 +62,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     result = json.loads(row["result"])
     assert result["repository_transaction"]["transaction_id"] == f"rtx-{run_id}.2"
     # the lease of attempt 1 ended on its own (reclaimed by a claim, no operator call)
-    serve_lines = [line for serve, _ in stack.serves for line in log_lines(serve)]
+    serve_lines = stack.serve_lines()
     ended = [
         line
         for line in serve_lines
@@ -101,12 +98,7 @@ def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes
     assert [(e["transaction_id"], e["disposition"]) for e in delivered] == [
         (f"rtx-{run_id}.2", "applied")
     ]
-    serve_lines = [line for serve, _ in stack.serves for line in log_lines(serve)]
-    closes = [
-        line
-        for line in serve_lines
-        if line.get("run_id") == run_id and line["message"].startswith(("run complete", "run fail"))
-    ]
+    closes = closes_of(stack.serve_lines(), run_id)
     assert {line["worker_id"] for line in closes} == {"e2e-kill-2"}
 
     # the repository: only attempt 2's work landed, one commit

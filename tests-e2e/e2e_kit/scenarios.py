@@ -150,44 +150,32 @@ def write_profiles(path: Path) -> Path:
     return path
 
 
+AGENT_DEV = "harness.agent-dev@1.0.0"
+
+
+def scenario(slug: str, profile: str, grant: str, schedule: str | None = None) -> str:
+    """The definition of scenario `slug` (`e2e-<name>`), on its repository `e2e/<name>`."""
+    repo = f"e2e/{slug.removeprefix('e2e-')}"
+    return definition(slug, repo=repo, profile=profile, grant=grant, schedule=schedule)
+
+
 SESSION_DEFINITIONS = {
-    "e2e-scheduled": definition(
-        "e2e-scheduled",
-        repo="e2e/scheduled",
-        profile="harness.agent-dev@1.0.0",
-        grant=GRANT_BRIEFS,
+    slug: scenario(slug, *rest)
+    for slug, *rest in (
         # never due during a test run: the scenario triggers the schedule itself
-        schedule='{cron: "0 3 1 1 *", timezone: Europe/Berlin}',
-    ),
-    "e2e-kill": definition(
-        "e2e-kill", repo="e2e/kill", profile="harness.e2e-crash@1.0.0", grant=GRANT_DOCS
-    ),
-    "e2e-lost": definition(
-        "e2e-lost", repo="e2e/lost", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
-    ),
-    "e2e-auth": definition(
-        "e2e-auth", repo="e2e/auth", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
-    ),
-    "e2e-reopen": definition(
-        "e2e-reopen", repo="e2e/reopen", profile="harness.e2e-timeout@1.0.0", grant=GRANT_DOCS
-    ),
-    "e2e-stale": definition(
-        "e2e-stale", repo="e2e/stale", profile="harness.e2e-stale@1.0.0", grant=GRANT_DOCS
-    ),
-    "e2e-cancel": definition(
-        "e2e-cancel", repo="e2e/cancel", profile="harness.e2e-cancel@1.0.0", grant=GRANT_DOCS
-    ),
-    # its repository lives on the scenario's git server, not under the session's root
-    "e2e-remote": definition(
-        "e2e-remote", repo="e2e/remote", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
-    ),
-    "e2e-publish": definition(
-        "e2e-publish", repo="e2e/publish", profile="harness.agent-dev@1.0.0", grant=GRANT_BRIEFS
-    ),
+        ("e2e-scheduled", AGENT_DEV, GRANT_BRIEFS, '{cron: "0 3 1 1 *", timezone: Europe/Berlin}'),
+        ("e2e-kill", "harness.e2e-crash@1.0.0", GRANT_DOCS),
+        ("e2e-lost", AGENT_DEV, GRANT_BRIEFS),
+        ("e2e-auth", AGENT_DEV, GRANT_BRIEFS),
+        ("e2e-reopen", "harness.e2e-timeout@1.0.0", GRANT_DOCS),
+        ("e2e-stale", "harness.e2e-stale@1.0.0", GRANT_DOCS),
+        ("e2e-cancel", "harness.e2e-cancel@1.0.0", GRANT_DOCS),
+        # its repository lives on the scenario's git server, not under the session's root
+        ("e2e-remote", AGENT_DEV, GRANT_BRIEFS),
+        ("e2e-publish", AGENT_DEV, GRANT_BRIEFS),
+    )
 }
 
 RESTART_DEFINITIONS = {
-    "e2e-restart": definition(
-        "e2e-restart", repo="e2e/restart", profile="harness.e2e-restart@1.0.0", grant=GRANT_DOCS
-    ),
+    "e2e-restart": scenario("e2e-restart", "harness.e2e-restart@1.0.0", GRANT_DOCS)
 }

@@ -108,6 +108,18 @@ class Stack:
         assert row is not None, f"no ops run {run_id}"
         return row
 
+    def wait_for_run(self, slug: str, state: str, *, timeout: float, what: str) -> asyncpg.Record:
+        """The first ops run of `slug` (by creation) once one is in `state`."""
+        return self.wait(
+            lambda: next((r for r in self.ops_runs(slug) if r["state"] == state), None),
+            timeout=timeout,
+            what=what,
+        )
+
+    def serve_lines(self) -> list[dict[str, Any]]:
+        """Every JSON log line of every serve replica, replica by replica."""
+        return [line for serve, _ in self.serves for line in log_lines(serve)]
+
     def fires(self, slug: str) -> list[asyncpg.Record]:
         return self.db.fetch(
             "SELECT * FROM activity_runs WHERE activity_definition_id = $1 ORDER BY started_at",
@@ -224,6 +236,23 @@ class Outbox:
             [e for e in self.pending if e["run_id"] == run],
             [e for e in self.delivered if e["run_id"] == run],
         )
+
+
+def closes_of(lines: Iterable[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    """The log lines of `run_id`'s closes (complete or fail, whatever their disposition)."""
+    return [
+        line
+        for line in lines
+        if line.get("run_id") == run_id and line["message"].startswith(("run complete", "run fail"))
+    ]
+
+
+def delivered_closes(delivered: Iterable[dict[str, Any]]) -> list[tuple[str, str, bool, str]]:
+    """Delivered outbox entries as (transaction id, action, reopen, disposition), sorted."""
+    return sorted(
+        (e["transaction_id"], e["intent"]["action"], e["intent"]["reopen"], e["disposition"])
+        for e in delivered
+    )
 
 
 def outbox(state_dir: Path) -> Outbox:

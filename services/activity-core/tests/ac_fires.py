@@ -9,6 +9,8 @@ from typing import Any
 
 import asyncpg
 
+from ac_testkit import insert_ops_run
+
 T0 = datetime.fromisoformat("2024-05-01T06:00:00+00:00")
 
 
@@ -119,11 +121,7 @@ class SeededAutomations:
             values["lease_until"] = datetime.now().astimezone() + timedelta(minutes=10)
             values["attempt"] = 1
         values.update(columns)
-        names = ", ".join(values)
-        params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
-        await self.conn.execute(
-            f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values()
-        )
+        await insert_ops_run(self.conn, values)
         return ident
 
 

@@ -1,17 +1,28 @@
 """Publication test support: a run's history on the real git server, its changes bundle
-(ops_testsupport.changes_bundles, the reference builder), the grant it ran under."""
+(ops_testsupport.changes_bundles, the reference builder), the grant it ran under, and a
+publishing worker in the test's process."""
 
 from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import respx
+from temporalio.client import Client
 
-from ac_testkit import SeededQueue
+from ac_temporal_kit import ScriptedSink
+from ac_testkit import SeededQueue, settings_env
+from ac_ui import named_operators
+from activity_core.db.pool import create_pool
+from activity_core.publication.activities import PublicationActivities
+from activity_core.settings import load_settings
+from activity_core.temporal.worker import build_activities, build_worker
 from ops_contracts import RepositoryGrantV1, parse_repository_grant
 from ops_testsupport.changes_bundles import build_changes_bundle, bundle_digest, commit_files
 from ops_testsupport.git_server import GitServer
@@ -139,3 +150,49 @@ def forgejo_router() -> respx.MockRouter:
         return_value=httpx.Response(201, json={"html_url": PR_URL, "number": 1})
     )
     return router
+
+
+@asynccontextmanager
+async def publishing_worker(
+    temporal_client: Client,
+    temporal_address: str,
+    db_dsn: str,
+    git_server: GitServer,
+    tmp_path: Path,
+    task_queue: str,
+    **more: Any,
+) -> AsyncIterator[tuple[dict[str, Any], respx.MockRouter]]:
+    """A worker in this process with PublishChangesWorkflow on a task queue of its own
+    (`task_queue`, made unique), pushing to `git_server` and opening pull requests on a
+    respx Forgejo (FORGEJO_API), the named operators' file and the tokens in `tmp_path`.
+    Yields the settings' environment (`more` added last), for the app, and the Forgejo."""
+    forgejo_token = tmp_path / "forgejo-token"
+    forgejo_token.write_text("forgejo-secret-token-0123456789\n")
+    env = settings_env(
+        TEMPORAL_ADDRESS=temporal_address,
+        TEMPORAL_TASK_QUEUE=f"{task_queue}-{uuid.uuid4().hex[:12]}",
+        ACTIVITY_CORE_ISSUE_SINK="none",
+        ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "operators.json"),
+        ACTIVITY_CORE_REPOSITORY_URL=git_server.url_template,
+        ACTIVITY_CORE_REPOSITORY_TOKEN_FILE=str(git_server.write_token_file(tmp_path / "s")),
+        ACTIVITY_CORE_REPOSITORY_USERNAME=git_server.username,
+        ACTIVITY_CORE_FORGEJO_API_URL=FORGEJO_API,
+        ACTIVITY_CORE_FORGEJO_TOKEN_FILE=str(forgejo_token),
+        **more,
+    )
+    settings = load_settings(**env)
+    pool = await create_pool(db_dsn, min_size=1, max_size=5)
+    router = forgejo_router()
+    worker = build_worker(
+        temporal_client,
+        task_queue=settings.temporal_task_queue,
+        activities=build_activities(settings, pool, ScriptedSink()),
+        publication=PublicationActivities(
+            pool, settings, forgejo_transport=httpx.MockTransport(router.handler)
+        ),
+    )
+    try:
+        async with worker:
+            yield env, router
+    finally:
+        await pool.close()

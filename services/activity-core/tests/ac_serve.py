@@ -7,18 +7,20 @@ with an environment cleaned of the service's variables."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from ac_testkit import OPERATOR_TOKEN
 from activity_core.temporal.dev_server import free_port
 from ops_devsupport.processes import console_script, run_console_script
 
@@ -40,13 +42,31 @@ class Done:
 def serve_env(db_dsn: str, **settings: str) -> dict[str, str]:
     """This process's environment without any of the service's own variables, plus the
     test database and `settings`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"))
-    }
-    env.update(ACTIVITY_CORE_DATABASE_URL=db_dsn, ACTIVITY_CORE_LOG_LEVEL="WARNING", **settings)
-    return env
+    return env_without(
+        ("ACTIVITY_CORE_", "OPS_RUN_", "PROMETHEUS_"),
+        ACTIVITY_CORE_DATABASE_URL=db_dsn,
+        ACTIVITY_CORE_LOG_LEVEL="WARNING",
+        **settings,
+    )
+
+
+async def operator_cli(
+    main: Callable[..., int],
+    url: str | None,
+    *argv: str,
+    token: str | None = OPERATOR_TOKEN,
+    **env: str,
+) -> Done:
+    """An operator CLI's `main(argv)` run in a thread against the API at `url` with the
+    operator `token` (None: neither set), `env` added to its environment."""
+    environ = {"NO_PROXY": "*", **env}
+    if url is not None:
+        environ["ACTIVITY_CORE_API_URL"] = url
+    if token is not None:
+        environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = token
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
+    return Done(code, out.getvalue(), err.getvalue())
 
 
 @asynccontextmanager
@@ -87,14 +107,24 @@ async def serve_process(
         proc.communicate(timeout=30)
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"))
-    }
-    env.update(extra)
+def env_without(prefixes: tuple[str, ...], **values: str) -> dict[str, str]:
+    """This process's environment without the variables whose names start with one of
+    `prefixes`, plus `values`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.update(values)
     return env
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    return env_without(
+        ("ACTIVITY_CORE_", "OPS_RUN_", "STATE_HUB", "TEMPORAL_", "FORGEJO_"), **extra
+    )
+
+
+def temporal_cli_env(**values: str) -> dict[str, str]:
+    """The environment of an `activity-core` command run against the Temporal dev server:
+    none of the service's, Temporal's or the state hub's variables but `values`."""
+    return env_without(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"), **values)
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

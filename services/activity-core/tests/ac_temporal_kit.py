@@ -13,7 +13,7 @@ import asyncpg
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from ac_testkit import settings_env
+from ac_testkit import AppClient, settings_env
 from activity_core.db.pool import create_pool
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions
@@ -21,6 +21,8 @@ from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
 from activity_core.temporal.activities import ActivityCoreActivities
+from activity_core.temporal.fire import manual_trigger_key
+from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
 from activity_core.temporal.workflow import RunActivityWorkflow
@@ -100,6 +102,12 @@ class TemporalHarness:
     async def sync(self, *specs: ActivityDefinitionSpec) -> None:
         await sync_definitions(self.pool, list(specs), self.applier)
 
+    async def define(self, **definition_kw: Any) -> ActivityDefinitionSpec:
+        """`definition(self.slug, **definition_kw)`, synced."""
+        spec = definition(self.slug, **definition_kw)
+        await self.sync(spec)
+        return spec
+
     async def activity_runs(self) -> list[asyncpg.Record]:
         return await self.pool.fetch("SELECT * FROM activity_runs ORDER BY scheduled_for, id")
 
@@ -121,6 +129,45 @@ class TemporalHarness:
 
     async def result(self, handle: WorkflowHandle[Any, Any]) -> Any:
         return await asyncio.wait_for(handle.result(), timeout=30)
+
+    async def start_fire(self, slug: str) -> WorkflowHandle[Any, RunActivityResult]:
+        """A RunActivityWorkflow of `slug` started on the task queue as a manual fire
+        would start it (its own trigger key, correlation id c-1)."""
+        key = manual_trigger_key()
+        return await self.client.start_workflow(
+            WORKFLOW_NAME,
+            RunActivityInput(
+                activity_slug=slug, trigger_key=key, request={"correlation_id": "c-1"}
+            ),
+            id=f"activity:{slug}:{key}",
+            task_queue=self.task_queue,
+            result_type=RunActivityResult,
+        )
+
+    async def fired(self, answer: dict[str, Any]) -> RunActivityResult:
+        """The result of the workflow a fire answered with (`workflow_id`, `run_id`)."""
+        handle = self.client.get_workflow_handle(
+            answer["workflow_id"], run_id=answer["run_id"], result_type=RunActivityResult
+        )
+        result: RunActivityResult = await self.result(handle)
+        return result
+
+    async def workflow_ids(self) -> list[str]:
+        """Every workflow of this test's task queue, running or closed, sorted."""
+        query = f'TaskQueue = "{self.task_queue}"'
+        return sorted([wf.id async for wf in self.client.list_workflows(query)])
+
+
+async def temporal_app(temporal: TemporalHarness, app_factory: Any, **env: Any) -> AppClient:
+    """Another app on the test's database (`app_factory`), bound to the harness's Temporal
+    and task queue; `env` adds or overrides settings."""
+    settings = {
+        "TEMPORAL_ADDRESS": temporal.settings.temporal_address,
+        "TEMPORAL_TASK_QUEUE": temporal.task_queue,
+        **env,
+    }
+    api: AppClient = await app_factory(**settings)
+    return api
 
 
 # What a test may put in the worker instead of the real activities (given the harness and

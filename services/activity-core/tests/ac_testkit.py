@@ -39,6 +39,19 @@ CREATE CONSTRAINT TRIGGER refuse_audit AFTER INSERT ON ops_audit
 ALLOW_AUDIT = "DROP TRIGGER refuse_audit ON ops_audit; DROP FUNCTION refuse_audit();"
 
 
+@asynccontextmanager
+async def audit_refused(
+    db: asyncpg.Connection | asyncpg.Pool, fault: str = REFUSE_AUDIT
+) -> AsyncIterator[None]:
+    """Inside the block every audit write fails with `fault` (REFUSE_AUDIT, or
+    REFUSE_AUDIT_AT_COMMIT); after it, ALLOW_AUDIT."""
+    await db.execute(fault)
+    try:
+        yield
+    finally:
+        await db.execute(ALLOW_AUDIT)
+
+
 def settings_env(**overrides: Any) -> dict[str, Any]:
     env: dict[str, Any] = {
         "ACTIVITY_CORE_OPERATOR_TOKEN": OPERATOR_TOKEN,
@@ -84,6 +97,21 @@ class AppClient:
 
     def operator_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+
+    async def pages(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """Every page of the operator listing at `path` with `params`, following
+        `next_cursor` until a page has none: each page's body, in order."""
+        bodies: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            query = {**params, **({"cursor": cursor} if cursor else {})}
+            response = await self.http.get(path, params=query, headers=self.operator_headers())
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            bodies.append(body)
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return bodies
 
     async def claim(self, worker_id: str = WORKER_ID, **body: Any) -> httpx.Response:
         return await self.http.post(
@@ -138,6 +166,13 @@ class AppClient:
             json={"worker_id": worker_id, **body},
             headers=self.worker_headers(),
         )
+
+
+async def insert_ops_run(conn: asyncpg.Connection, values: dict[str, Any]) -> None:
+    """One ops_runs row of `values` (column: value), written directly."""
+    names = ", ".join(values)
+    params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+    await conn.execute(f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values())
 
 
 DEFINITION_ID = uuid.UUID("00000000-0000-4000-8000-00000000d001")
@@ -195,12 +230,21 @@ class SeededQueue:
             "updated_at": created,
         }
         values.update(columns)
-        names = ", ".join(values)
-        params = ", ".join(f"${i}" for i in range(1, len(values) + 1))
-        await self.conn.execute(
-            f"INSERT INTO ops_runs ({names}) VALUES ({params})", *values.values()
-        )
+        await insert_ops_run(self.conn, values)
         return run_id
+
+    async def claimed(
+        self, lease: timedelta, *, owner: str = WORKER_ID, attempt: int = 1, **columns: Any
+    ) -> uuid.UUID:
+        """A run claimed by `owner` at `attempt`, its lease ending `lease` from now (negative:
+        ended that long ago)."""
+        return await self.run(
+            state="claimed",
+            claim_owner=owner,
+            lease_until=datetime.now().astimezone() + lease,
+            attempt=attempt,
+            **columns,
+        )
 
     async def runs(self, n: int, **kwargs: Any) -> list[uuid.UUID]:
         base = datetime.now().astimezone() - timedelta(days=1)

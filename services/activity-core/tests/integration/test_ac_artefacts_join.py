@@ -194,24 +194,9 @@ async def test_runs_are_newest_first_with_keyset_pages(
     ]
     # two fires at the same instant: the keyset must still visit both once
     fires.append((await seed.fire(a, started_at=at(60), finished_at=at(61)))[1])
-    seen: list[str] = []
-    cursor = None
-    pages = 0
-    while True:
-        params: dict[str, Any] = {"limit": 3}
-        if cursor:
-            params["cursor"] = cursor
-        response = await api.http.get(
-            "/ops/automations/paged/runs", params=params, headers=api.operator_headers()
-        )
-        assert response.status_code == 200, response.text
-        body = response.json()
-        seen.extend(run["run_id"] for run in body["runs"])
-        pages += 1
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
-    assert pages == 3
+    pages = await api.pages("/ops/automations/paged/runs", limit=3)
+    seen = [run["run_id"] for page in pages for run in page["runs"]]
+    assert len(pages) == 3
     assert sorted(seen) == sorted(fires) and len(seen) == len(set(seen))
     starts = [fires.index(r) for r in seen]
     assert starts[-1] == 0  # the oldest comes last

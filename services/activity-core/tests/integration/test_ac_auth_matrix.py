@@ -15,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,10 @@ class Rows:
 
 
 async def seed_rows(seeded: SeededQueue, owner: str = WORKER_ID) -> Rows:
-    now = datetime.now(UTC)
     return Rows(
         open=await seeded.run(),
-        claimed=await seeded.run(
-            state="claimed", claim_owner=owner, lease_until=now + timedelta(hours=1), attempt=1
-        ),
-        stale=await seeded.run(
-            state="claimed", claim_owner=owner, lease_until=now - timedelta(minutes=5), attempt=1
-        ),
+        claimed=await seeded.claimed(timedelta(hours=1), owner=owner),
+        stale=await seeded.claimed(timedelta(minutes=-5), owner=owner),
     )
 
 
@@ -118,12 +113,15 @@ def operator_header(style: str, token: str) -> dict[str, str]:
     return {"X-Operator-Token": token}
 
 
-def assert_refused(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
+def assert_refused(response: httpx.Response, status: int, code: str, case: str = "") -> None:
+    """`status` with the documented body: `code` and a detail; `case` names the request in
+    a failure's message."""
+    label = f"{case}: " if case else ""
+    assert response.status_code == status, f"{label}{response.text}"
     body = response.json()
-    assert body["code"] == code, body
+    assert body["code"] == code, f"{label}{body}"
     assert isinstance(body["detail"], str)
-    assert body["detail"]
+    assert body["detail"], case
 
 
 def sha256_digest(token: str) -> str:
@@ -202,11 +200,7 @@ async def test_worker_endpoint_refusals_change_no_row(
         response = await call_worker(
             api.http, endpoint, run_id, worker_id=worker_id, headers=headers
         )
-        assert response.status_code == status, f"{case}: {response.text}"
-        body = response.json()
-        assert body["code"] == code, f"{case}: {body}"
-        assert isinstance(body["detail"], str)
-        assert body["detail"], case
+        assert_refused(response, status, code, case)
     assert await snapshot(db) == before
 
 
@@ -259,10 +253,7 @@ async def test_operator_endpoint_refusals_change_no_row(
     before = await snapshot(db)
     for case, headers, status, code in OPERATOR_REFUSALS:
         response = await call_operator(api.http, endpoint, rows.claimed, headers=headers)
-        assert response.status_code == status, f"{case}: {response.text}"
-        body = response.json()
-        assert body["code"] == code, f"{case}: {body}"
-        assert body["detail"], case
+        assert_refused(response, status, code, case)
     assert await snapshot(db) == before
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -57,12 +57,7 @@ class Target:
 @pytest.fixture
 async def target(api: AppClient, seeded: SeededQueue, db: asyncpg.Connection) -> Target:
     await seeded.run()
-    claimed = await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) + timedelta(hours=1),
-        attempt=1,
-    )
+    claimed = await seeded.claimed(timedelta(hours=1))
     return Target(api, db, claimed)
 
 
@@ -225,12 +220,7 @@ async def test_the_bounds_themselves_are_accepted(target: Target, seeded: Seeded
 async def test_expire_leases_takes_an_empty_body_only(
     api: AppClient, seeded: SeededQueue, db: asyncpg.Connection
 ) -> None:
-    stale = await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) - timedelta(minutes=1),
-        attempt=1,
-    )
+    stale = await seeded.claimed(timedelta(minutes=-1))
     target = Target(api, db, stale)
     before = await target.snapshot()
     for case, raw, field in [
@@ -337,12 +327,7 @@ async def test_moderate_nesting_inside_result_is_accepted_and_dropped(
 @pytest.fixture
 async def small_bodies(app_factory: Any, seeded: SeededQueue, db: asyncpg.Connection) -> Target:
     client: AppClient = await app_factory(ACTIVITY_CORE_MAX_BODY_BYTES=4096)
-    claimed = await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) + timedelta(hours=1),
-        attempt=1,
-    )
+    claimed = await seeded.claimed(timedelta(hours=1))
     return Target(client, db, claimed)
 
 

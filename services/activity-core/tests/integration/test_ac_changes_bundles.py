@@ -5,6 +5,7 @@ enough to diff and to format patches."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,25 @@ from ops_testsupport.changes_bundles import (
 RUN_ID = "0b9e7a52-64a1-4bd6-9f39-0d3c3b1e2f10"
 
 
-def _history(repo: Path, object_format: str) -> tuple[str, str]:
+@dataclass(frozen=True)
+class Built:
+    """A repository of `object_format` with two commits on its baseline, and their bundle."""
+
+    repo: Path
+    object_format: str
+    baseline: str
+    tip: str
+    bundle: bytes
+
+
+@pytest.fixture(params=["sha1", "sha256"])
+def built(request: pytest.FixtureRequest, tmp_path: Path) -> Built:
+    repo, object_format = tmp_path / "work", request.param
     baseline = make_repository(repo, object_format=object_format)
     commit_files(repo, {"docs/a.md": "one\n", "docs/deep/b.md": "two\n"}, "add docs")
     tip = commit_files(repo, {"docs/a.md": "one, changed\n", "README.md": None}, "edit")
-    return baseline, tip
+    bundle = build_changes_bundle(repo, baseline, tip, RUN_ID, 1)
+    return Built(repo, object_format, baseline, tip, bundle)
 
 
 def _clone_at(source: Path, baseline: str, target: Path) -> None:
@@ -46,17 +61,14 @@ def _clone_at(source: Path, baseline: str, target: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
 def test_a_clone_with_the_baseline_verifies_and_fetches_the_bundle(
-    tmp_path: Path, object_format: str
+    tmp_path: Path, built: Built
 ) -> None:
-    repo = tmp_path / "work"
-    baseline, tip = _history(repo, object_format)
-    bundle = build_changes_bundle(repo, baseline, tip, RUN_ID, 1)
+    repo, baseline, tip, bundle = built.repo, built.baseline, built.tip, built.bundle
     header = parse_bundle_header(bundle)
     assert header.baseline == baseline
     assert header.refs == ((tip, changes_ref_name(RUN_ID, 1)),)
-    assert header.object_format == object_format
+    assert header.object_format == built.object_format
     path = tmp_path / "changes.bundle"
     path.write_bytes(bundle)
     clone = tmp_path / "clone"
@@ -66,14 +78,11 @@ def test_a_clone_with_the_baseline_verifies_and_fetches_the_bundle(
     assert git(clone, "rev-parse", "refs/heads/got").decode().strip() == tip
 
 
-@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
 def test_an_empty_repository_diffs_and_formats_patches_from_the_pack_alone(
-    tmp_path: Path, object_format: str
+    tmp_path: Path, built: Built
 ) -> None:
-    repo = tmp_path / "work"
-    baseline, tip = _history(repo, object_format)
-    bundle = build_changes_bundle(repo, baseline, tip, RUN_ID, 1)
-    pack = bundle[parse_bundle_header(bundle).pack_offset :]
+    repo, baseline, tip = built.repo, built.baseline, built.tip
+    pack = built.bundle[parse_bundle_header(built.bundle).pack_offset :]
     empty = tmp_path / "empty.git"
     git(
         tmp_path,
@@ -81,7 +90,7 @@ def test_an_empty_repository_diffs_and_formats_patches_from_the_pack_alone(
         "--quiet",
         "--bare",
         "--template=",
-        f"--object-format={object_format}",
+        f"--object-format={built.object_format}",
         str(empty),
     )
     git(empty, "index-pack", "--stdin", "--fsck-objects", stdin=pack)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from ac_testkit import WORKER_ID, AppClient, SeededQueue
+from ac_testkit import WORKER_ID, AppClient, SeededQueue, refusal_of
 from ops_testsupport.factories import gateway_result
 
 OTHER_WORKER = "rein-aharness@other02"
@@ -77,11 +77,9 @@ async def test_a_different_terminal_intent_is_terminal_conflict(
     await api.complete(run_id, GLAS_RESULT)
     different = {**GLAS_RESULT, "path": "briefs/other.md"}
     response = await api.complete(run_id, different)
-    assert response.status_code == 409
-    assert response.json()["code"] == "terminal_conflict"
+    refusal_of(response, 409, "terminal_conflict")
     failing = await api.fail(run_id, error="late failure")
-    assert failing.status_code == 409
-    assert failing.json()["code"] == "terminal_conflict"
+    refusal_of(failing, 409, "terminal_conflict")
 
 
 async def test_the_same_intent_from_another_worker_is_terminal_conflict(
@@ -95,8 +93,7 @@ async def test_the_same_intent_from_another_worker_is_terminal_conflict(
     run_id = await claimed(api, seeded)
     await api.complete(run_id, GLAS_RESULT)
     response = await api.complete(run_id, GLAS_RESULT, worker_id=OTHER_WORKER)
-    assert response.status_code == 409
-    assert response.json()["code"] == "terminal_conflict"
+    refusal_of(response, 409, "terminal_conflict")
 
 
 async def test_pre_migration_terminal_rows_fail_closed(api: AppClient, seeded: SeededQueue) -> None:
@@ -104,14 +101,12 @@ async def test_pre_migration_terminal_rows_fail_closed(api: AppClient, seeded: S
         state="succeeded", claim_owner=WORKER_ID, attempt=1, result={"ok": True}
     )
     response = await api.complete(run_id, {"ok": True})
-    assert response.status_code == 409
-    assert response.json()["code"] == "terminal_conflict"
+    refusal_of(response, 409, "terminal_conflict")
 
 
 async def test_missing_run_is_not_found(api: AppClient) -> None:
     response = await api.complete(uuid.uuid4(), {"ok": True})
-    assert response.status_code == 404
-    assert response.json()["code"] == "not_found"
+    refusal_of(response, 404, "not_found")
     response = await api.fail(uuid.uuid4(), error="x")
     assert response.json()["code"] == "not_found"
 
@@ -119,23 +114,16 @@ async def test_missing_run_is_not_found(api: AppClient) -> None:
 async def test_closing_an_open_run_is_state_conflict(api: AppClient, seeded: SeededQueue) -> None:
     run_id = await seeded.run()
     response = await api.complete(run_id, {"ok": True})
-    assert response.status_code == 409
-    assert response.json()["code"] == "state_conflict"
+    refusal_of(response, 409, "state_conflict")
     assert (await seeded.row(run_id))["state"] == "open"
 
 
 async def test_closing_another_workers_claim_is_wrong_owner(
     api: AppClient, seeded: SeededQueue
 ) -> None:
-    run_id = await seeded.run(
-        state="claimed",
-        claim_owner=OTHER_WORKER,
-        attempt=1,
-        lease_until=datetime.now().astimezone() + timedelta(minutes=5),
-    )
+    run_id = await seeded.claimed(timedelta(minutes=5), owner=OTHER_WORKER)
     response = await api.complete(run_id, {"ok": True})
-    assert response.status_code == 409
-    assert response.json()["code"] == "wrong_owner"
+    refusal_of(response, 409, "wrong_owner")
     assert (await seeded.row(run_id))["claim_owner"] == OTHER_WORKER
 
 
@@ -148,8 +136,7 @@ async def test_closing_after_the_lease_ended_is_expired_lease(
         await api.complete(run_id, {"ok": True}),
         await api.fail(run_id, error="too late"),
     ):
-        assert response.status_code == 409
-        assert response.json()["code"] == "expired_lease"
+        refusal_of(response, 409, "expired_lease")
     assert (await seeded.row(run_id))["state"] == "claimed"
 
 
@@ -182,8 +169,7 @@ async def test_fail_with_reopen_below_the_ceiling_reopens(
     assert row["close_intent_digest"] is None
     # a repeat is not a terminal reconciliation
     repeat = await api.fail(run_id, error="transient", reopen=True)
-    assert repeat.status_code == 409
-    assert repeat.json()["code"] == "state_conflict"
+    refusal_of(repeat, 409, "state_conflict")
     # and the run is claimable again, as attempt 2
     [again] = (await api.claim()).json()["runs"]
     assert again["attempt"] == 2

@@ -3,7 +3,7 @@ on the audit write (ac_testkit.REFUSE_AUDIT) the answer is 503 and no lease ende
 
 from __future__ import annotations
 
-from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, AppClient, SeededQueue
+from ac_testkit import AppClient, SeededQueue, audit_refused
 
 
 async def test_expire_leases_whose_audit_write_fails_ends_no_lease(
@@ -15,17 +15,16 @@ async def test_expire_leases_whose_audit_write_fails_ends_no_lease(
     before = await seeded.row(run_id)
     assert before["state"] == "claimed"
 
-    await seeded.conn.execute(REFUSE_AUDIT)
-    refused = await api.http.post("/ops-runs/expire-leases", headers=api.operator_headers())
-    assert refused.status_code == 503, refused.text
-    assert refused.json()["code"] == "unavailable"
-    after = await seeded.row(run_id)
-    assert (after["state"], after["claim_owner"], after["attempt"]) == (
-        "claimed",
-        before["claim_owner"],
-        before["attempt"],
-    )
-    await seeded.conn.execute(ALLOW_AUDIT)
+    async with audit_refused(seeded.conn):
+        refused = await api.http.post("/ops-runs/expire-leases", headers=api.operator_headers())
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "unavailable"
+        after = await seeded.row(run_id)
+        assert (after["state"], after["claim_owner"], after["attempt"]) == (
+            "claimed",
+            before["claim_owner"],
+            before["attempt"],
+        )
 
     done = await api.http.post("/ops-runs/expire-leases", headers=api.operator_headers())
     assert done.json() == {"reopened": 1, "expired": 0}

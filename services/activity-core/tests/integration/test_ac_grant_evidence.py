@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ac_changes import completion, make_changes
 
-from ac_testkit import AppClient, SeededQueue
+from ac_testkit import AppClient, SeededQueue, refusal_of
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 
 GRANT = {
@@ -93,8 +93,7 @@ async def test_mismatched_completion_evidence_is_evidence_conflict(
     if repository_transaction is not None:
         result["repository_transaction"] = repository_transaction
     response = await api.complete(run_id, result)
-    assert response.status_code == 409
-    assert response.json()["code"] == "evidence_conflict"
+    refusal_of(response, 409, "evidence_conflict")
     row = await seeded.row(run_id)
     assert row["state"] == "claimed"
     assert row["result"] is None
@@ -113,8 +112,7 @@ async def test_failure_with_mismatched_grant_evidence_is_refused(
     run_id = await granted_claim(api, seeded)
     bad = {"repository_transaction": transaction(grant_id="rg1-" + "1" * 64)}
     response = await api.fail(run_id, error="rejected work", result=bad)
-    assert response.status_code == 409
-    assert response.json()["code"] == "evidence_conflict"
+    refusal_of(response, 409, "evidence_conflict")
     good = {"repository_transaction": transaction(acceptance="rejected", accepted_commits=[])}
     response = await api.fail(run_id, error="rejected work", result=good)
     assert response.status_code == 200
@@ -126,5 +124,4 @@ async def test_grant_evidence_on_an_ungranted_run_is_refused(
     await seeded.run()
     [run] = (await api.claim()).json()["runs"]
     response = await api.complete(run["id"], {"ok": True, "repository_transaction": transaction()})
-    assert response.status_code == 409
-    assert response.json()["code"] == "evidence_conflict"
+    refusal_of(response, 409, "evidence_conflict")

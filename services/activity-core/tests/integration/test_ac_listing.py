@@ -34,21 +34,9 @@ async def test_list_filters(api: AppClient, seeded: SeededQueue) -> None:
 
 async def test_keyset_pagination_visits_every_run_once(api: AppClient, seeded: SeededQueue) -> None:
     created = {str(r) for r in await seeded.runs(23)}
-    seen: list[str] = []
-    cursor = None
-    pages = 0
-    while True:
-        params: dict[str, Any] = {"limit": 5}
-        if cursor:
-            params["cursor"] = cursor
-        response = await api.http.get("/ops-runs", params=params, headers=api.operator_headers())
-        body = response.json()
-        seen.extend(run["id"] for run in body["runs"])
-        pages += 1
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
-    assert pages == 5
+    pages = await api.pages("/ops-runs", limit=5)
+    seen = [run["id"] for page in pages for run in page["runs"]]
+    assert len(pages) == 5
     assert len(seen) == len(set(seen)) == 23
     assert set(seen) == created
 

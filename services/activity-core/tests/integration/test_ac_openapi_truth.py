@@ -315,6 +315,26 @@ class Walk:
         self.record(operation, probe, response)
         return response
 
+    async def send(
+        self,
+        http: httpx.AsyncClient,
+        operation: str,
+        probe: str,
+        request: Request,
+        headers: dict[str, str],
+    ) -> httpx.Response:
+        """`call` with `request`: its parameters, query and body, its headers over `headers`."""
+        return await self.call(
+            http,
+            operation,
+            probe,
+            params=request.params,
+            query=request.query,
+            json_body=request.json_body,
+            content=request.content,
+            headers={**headers, **request.headers},
+        )
+
     def record(self, operation: str | None, probe: str, response: httpx.Response) -> None:
         code: str | None = None
         body: Any = None
@@ -551,15 +571,8 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
                 ("header", HEADER_CREDENTIAL),
             ):
                 request = await valid(world)
-                response = await walk.call(
-                    up,
-                    operation,
-                    f"valid, {style}",
-                    params=request.params,
-                    query=request.query,
-                    json_body=request.json_body,
-                    content=request.content,
-                    headers={**credentials[kind], **request.headers},
+                response = await walk.send(
+                    up, operation, f"valid, {style}", request, credentials[kind]
                 )
                 assert response.status_code not in (401, 403), (operation, style, response.text)
             request = await valid(world)
@@ -582,16 +595,7 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
             if kind is Credential.operator:
                 refused.append(("a viewer's token", VIEWER))
             for probe, headers in refused:
-                response = await walk.call(
-                    up,
-                    operation,
-                    probe,
-                    params=request.params,
-                    query=request.query,
-                    json_body=request.json_body,
-                    content=request.content,
-                    headers={**headers, **request.headers},
-                )
+                response = await walk.send(up, operation, probe, request, headers)
                 assert response.status_code in (401, 403), (operation, probe, response.text)
         headers = BEARER_CREDENTIAL[kind] if kind is not None else {}
         if method == "post":
@@ -613,16 +617,7 @@ async def _generic_probes(walk: Walk, world: World, apps: dict[str, AppClient]) 
                 )
         for app, probe in (("down", "database unreachable"), ("empty", "schema not migrated")):
             request = await valid(world)
-            await walk.call(
-                apps[app].http,
-                operation,
-                probe,
-                params=request.params,
-                query=request.query,
-                json_body=request.json_body,
-                content=request.content,
-                headers={**headers, **request.headers},
-            )
+            await walk.send(apps[app].http, operation, probe, request, headers)
 
 
 def _credential(walk: Walk, operation: str) -> Credential | None:

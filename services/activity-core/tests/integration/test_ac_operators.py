@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +113,7 @@ async def test_a_viewer_acts_on_nothing_and_every_attempt_is_audited(
 ) -> None:
     api: AppClient = await app_factory()
     failed = await seeded.run(state="failed", claim_owner=WORKER_ID, attempt=1)
-    claimed = await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) - timedelta(minutes=1),
-        attempt=1,
-    )
+    claimed = await seeded.claimed(timedelta(minutes=-1))
     before = await snapshot(db)
     attempts = [
         ("POST", f"/ops-runs/{failed}/requeue", None, "requeue", f"ops_run:{failed}"),
@@ -214,17 +209,8 @@ async def test_the_audit_trail_pages_and_filters(api: AppClient, seeded: SeededQ
         await api.http.post(
             f"/ops-runs/{run}/cancel", json={"reason": "bulk stop"}, headers=api.operator_headers()
         )
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params = {"limit": "3", "action": "cancel", **({"cursor": cursor} if cursor else {})}
-        body = (
-            await api.http.get("/ops/audit", params=params, headers=api.operator_headers())
-        ).json()
-        seen += [e["target"] for e in body["entries"]]
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
+    pages = await api.pages("/ops/audit", limit="3", action="cancel")
+    seen = [e["target"] for page in pages for e in page["entries"]]
     assert seen == [f"ops_run:{run}" for run in reversed(runs)]
     assert await audit(api, action="requeue") == []
     assert await audit(api, run_id=str(runs[0]), target=f"ops_run:{runs[1]}") == []
@@ -236,12 +222,7 @@ async def test_the_audit_trail_pages_and_filters(api: AppClient, seeded: SeededQ
 async def test_expire_leases_is_audited_with_what_it_did(
     api: AppClient, seeded: SeededQueue
 ) -> None:
-    await seeded.run(
-        state="claimed",
-        claim_owner=WORKER_ID,
-        lease_until=datetime.now(UTC) - timedelta(minutes=1),
-        attempt=1,
-    )
+    await seeded.claimed(timedelta(minutes=-1))
     response = await api.http.post("/ops-runs/expire-leases", headers=api.operator_headers())
     assert response.json() == {"reopened": 1, "expired": 0}
     assert response.headers["X-Request-Id"]

@@ -4,9 +4,7 @@ configuration, 3 unreachable, 4 credential refused)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import io
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ac_serve import Done, serve_env, serve_process
+from ac_serve import Done, operator_cli, serve_env, serve_process
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN, SeededQueue
 from activity_core.operator.cli import main
 from activity_core.temporal.dev_server import free_port
@@ -39,14 +37,7 @@ async def served(db_dsn: str, tmp_path: Path) -> AsyncIterator[str]:
 
 
 async def runs(url: str | None, *argv: str, token: str | None = OPERATOR_TOKEN, **env: str) -> Done:
-    environ = {"NO_PROXY": "*", **env}
-    if url is not None:
-        environ["ACTIVITY_CORE_API_URL"] = url
-    if token is not None:
-        environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = token
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
-    return Done(code, out.getvalue(), err.getvalue())
+    return await operator_cli(main, url, *argv, token=token, **env)
 
 
 async def test_list_show_explain_summary_and_workers(served: str, seeded: SeededQueue) -> None:

@@ -95,16 +95,7 @@ async def test_keyset_pages_hold_under_the_new_filters(api: AppClient, seeded: S
         "created_after": (datetime.now(UTC) - timedelta(days=2)).isoformat(),
         "limit": 4,
     }
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params = {**window, **({"cursor": cursor} if cursor else {})}
-        response = await api.http.get("/ops-runs", params=params, headers=api.operator_headers())
-        body = response.json()
-        seen += [run["id"] for run in body["runs"]]
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
+    seen = [run["id"] for page in await api.pages("/ops-runs", **window) for run in page["runs"]]
     assert seen == [str(r) for r in reversed(created)]
 
 
@@ -276,19 +267,8 @@ async def test_dead_letter_pages_visit_every_run_once(api: AppClient, seeded: Se
         )
         for n in range(11)
     ]
-    seen: list[str] = []
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"limit": 3, **({"cursor": cursor} if cursor else {})}
-        body = (
-            await api.http.get(
-                "/ops/runs/dead-letter", params=params, headers=api.operator_headers()
-            )
-        ).json()
-        seen += [run["id"] for run in body["runs"]]
-        cursor = body["next_cursor"]
-        if cursor is None:
-            break
+    pages = await api.pages("/ops/runs/dead-letter", limit=3)
+    seen = [run["id"] for page in pages for run in page["runs"]]
     assert seen == [str(r) for r in made]
     forged = await api.http.get(
         "/ops/runs/dead-letter", params={"cursor": "nope!"}, headers=api.operator_headers()

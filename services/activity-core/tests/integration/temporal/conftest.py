@@ -7,6 +7,7 @@ database, so tests never see each other's workflows.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import pytest
 from temporalio.client import Client
@@ -29,18 +30,27 @@ async def temporal_client(temporal_server: DevServer) -> Client:
     return await connect(temporal_server.address, "default")
 
 
-@pytest.fixture
-async def temporal(
-    temporal_client: Client, temporal_server: DevServer, db_dsn: str
+@asynccontextmanager
+async def running_harness(
+    client: Client, server: DevServer, db_dsn: str, **env: str
 ) -> AsyncIterator[TemporalHarness]:
+    """A harness whose worker runs until the block ends; its pool closed after."""
     harness, worker = await start_worker_harness(
-        temporal_client, db_dsn, TEMPORAL_ADDRESS=temporal_server.address
+        client, db_dsn, TEMPORAL_ADDRESS=server.address, **env
     )
     try:
         async with worker:
             yield harness
     finally:
         await harness.pool.close()
+
+
+@pytest.fixture
+async def temporal(
+    temporal_client: Client, temporal_server: DevServer, db_dsn: str
+) -> AsyncIterator[TemporalHarness]:
+    async with running_harness(temporal_client, temporal_server, db_dsn) as harness:
+        yield harness
 
 
 @pytest.fixture
@@ -48,17 +58,10 @@ async def strict_temporal(
     temporal_client: Client, temporal_server: DevServer, db_dsn: str
 ) -> AsyncIterator[TemporalHarness]:
     """Like `temporal`, with ACTIVITY_CORE_REQUIRE_HARNESS_PROFILE=true in the worker."""
-    harness, worker = await start_worker_harness(
-        temporal_client,
-        db_dsn,
-        TEMPORAL_ADDRESS=temporal_server.address,
-        ACTIVITY_CORE_REQUIRE_HARNESS_PROFILE="true",
-    )
-    try:
-        async with worker:
-            yield harness
-    finally:
-        await harness.pool.close()
+    async with running_harness(
+        temporal_client, temporal_server, db_dsn, ACTIVITY_CORE_REQUIRE_HARNESS_PROFILE="true"
+    ) as harness:
+        yield harness
 
 
 @pytest.fixture

@@ -12,19 +12,10 @@ from typing import Any
 
 import asyncpg
 
-from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import ALLOW_AUDIT, REFUSE_AUDIT, REFUSE_AUDIT_AT_COMMIT, AppClient
+from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_testkit import REFUSE_AUDIT_AT_COMMIT, audit_refused
 from ac_ui import csrf_of, post_form, session, signed_in
 from activity_core.definitions.model import definition_uuid
-from activity_core.temporal.payloads import RunActivityResult
-
-
-async def actions_app(temporal: TemporalHarness, app_factory: Any) -> AppClient:
-    api: AppClient = await app_factory(
-        TEMPORAL_ADDRESS=temporal.settings.temporal_address,
-        TEMPORAL_TASK_QUEUE=temporal.task_queue,
-    )
-    return api
 
 
 async def pause_state(temporal: TemporalHarness, slug: str) -> tuple[Any, ...]:
@@ -41,12 +32,6 @@ async def audited(pool: asyncpg.Pool) -> list[tuple[str, str, str]]:
     return [(r["action"], r["target"], r["outcome"]) for r in rows]
 
 
-async def workflows(temporal: TemporalHarness) -> list[str]:
-    """Every workflow of this test's task queue, running or closed."""
-    query = f'TaskQueue = "{temporal.task_queue}"'
-    return [wf.id async for wf in temporal.client.list_workflows(query)]
-
-
 def assert_unavailable(response: Any) -> None:
     assert response.status_code == 503, response.text
     assert response.json()["code"] == "unavailable"
@@ -55,29 +40,26 @@ def assert_unavailable(response: Any) -> None:
 async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
     active = await pause_state(temporal, spec.id)
     assert active[0] is False and active[3] is False
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
-    assert_unavailable(refused)
-    assert await pause_state(temporal, spec.id) == active
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
+        assert_unavailable(refused)
+        assert await pause_state(temporal, spec.id) == active
 
     paused = await api.http.post(f"{path}/pause", json={"reason": "outage"}, headers=operator)
     assert paused.status_code == 200, paused.text
     held = await pause_state(temporal, spec.id)
     assert held[:4] == (True, "operator", "outage", True)
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    assert_unavailable(await api.http.post(f"{path}/resume", headers=operator))
-    assert await pause_state(temporal, spec.id) == held
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        assert_unavailable(await api.http.post(f"{path}/resume", headers=operator))
+        assert await pause_state(temporal, spec.id) == held
 
     # only the one pause that changed something is in the trail
     assert await audited(temporal.pool) == [
@@ -88,17 +70,15 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
 async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_schedule_back(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     active = await pause_state(temporal, spec.id)
 
     # the entry is written, the Schedule paused, then COMMIT fails
-    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
-    refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
-    assert_unavailable(refused)
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
+        refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
+        assert_unavailable(refused)
     after = await pause_state(temporal, spec.id)
     assert after[:4] == active[:4] == (False, None, None, False)
     assert await audited(temporal.pool) == []
@@ -107,24 +87,19 @@ async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_sched
 async def test_a_fire_whose_audit_write_fails_starts_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
 
     # the operator retries (no key): one fire, the retry's; the failed one started nothing
     fired = await api.http.post(path, json={}, headers=api.operator_headers())
     assert fired.status_code == 202, fired.text
     body = fired.json()
-    handle = temporal.client.get_workflow_handle(
-        body["workflow_id"], run_id=body["run_id"], result_type=RunActivityResult
-    )
-    assert (await temporal.result(handle)).emitted_count == 1
-    assert await workflows(temporal) == [body["workflow_id"]]
+    assert (await temporal.fired(body)).emitted_count == 1
+    assert await temporal.workflow_ids() == [body["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
     assert await audited(temporal.pool) == [("fire", f"automation:{spec.id}", "applied")]
 
@@ -135,7 +110,7 @@ async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
     spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
     manual = definition(f"{temporal.slug}-manual", cron=None)
     await temporal.sync(spec, manual)
-    api = await actions_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     by_uuid = f"/ops/automations/{definition_uuid(spec.id)}"
 
@@ -173,9 +148,8 @@ async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
 async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
     assert (await api.http.post(f"{path}/pause", headers=operator)).status_code == 200
@@ -211,20 +185,18 @@ async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
 async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a_schedule(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await actions_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     cookie = await signed_in(api.http)
     page_path = f"/ops/ui/automations/{spec.id}"
     by_uuid = f"/ops/ui/automations/{definition_uuid(spec.id)}"
     csrf = await csrf_of(api.http, cookie, page_path)
     active = await pause_state(temporal, spec.id)
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
-    assert refused.status_code == 503, refused.text
-    assert await pause_state(temporal, spec.id) == active
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
+        assert refused.status_code == 503, refused.text
+        assert await pause_state(temporal, spec.id) == active
 
     paused = await post_form(api.http, f"{by_uuid}/pause", {"csrf_token": csrf}, cookie)
     assert paused.status_code == 303, paused.text

@@ -3,10 +3,7 @@ Temporal dev server: list, show, pause, resume and fire, tables and JSON, exit c
 
 from __future__ import annotations
 
-import asyncio
-import io
-
-from ac_serve import Done
+from ac_serve import Done, operator_cli
 from ac_temporal_kit import TemporalHarness, definition
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN
 from activity_core.cli_automations import main
@@ -14,14 +11,7 @@ from activity_core.temporal.dev_server import free_port
 
 
 async def automations(url: str | None, *argv: str, token: str | None = OPERATOR_TOKEN) -> Done:
-    environ = {"NO_PROXY": "*"}
-    if url is not None:
-        environ["ACTIVITY_CORE_API_URL"] = url
-    if token is not None:
-        environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = token
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
-    return Done(code, out.getvalue(), err.getvalue())
+    return await operator_cli(main, url, *argv, token=token)
 
 
 async def test_list_pause_resume_and_fire(temporal: TemporalHarness, served: str) -> None:

@@ -6,44 +6,14 @@ is answered as the first time; another key is another fire; a bad key is 422."""
 from __future__ import annotations
 
 import asyncio
-import io
 import urllib.parse
 from typing import Any
 
-from ac_serve import Done
-from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import (
-    ALLOW_AUDIT,
-    OPERATOR_TOKEN,
-    REFUSE_AUDIT,
-    REFUSE_AUDIT_AT_COMMIT,
-    AppClient,
-)
+from ac_serve import operator_cli
+from ac_temporal_kit import TemporalHarness, temporal_app
+from ac_testkit import OPERATOR_TOKEN, REFUSE_AUDIT_AT_COMMIT, audit_refused
 from activity_core.cli_automations import main
 from activity_core.definitions.model import definition_uuid
-from activity_core.temporal.payloads import RunActivityResult
-
-
-async def fire_app(temporal: TemporalHarness, app_factory: Any) -> AppClient:
-    api: AppClient = await app_factory(
-        TEMPORAL_ADDRESS=temporal.settings.temporal_address,
-        TEMPORAL_TASK_QUEUE=temporal.task_queue,
-    )
-    return api
-
-
-async def workflows(temporal: TemporalHarness) -> list[str]:
-    """Every workflow of this test's task queue, running or closed."""
-    query = f'TaskQueue = "{temporal.task_queue}"'
-    return sorted([wf.id async for wf in temporal.client.list_workflows(query)])
-
-
-async def finished(temporal: TemporalHarness, answer: dict[str, Any]) -> RunActivityResult:
-    handle = temporal.client.get_workflow_handle(
-        answer["workflow_id"], run_id=answer["run_id"], result_type=RunActivityResult
-    )
-    result: RunActivityResult = await temporal.result(handle)
-    return result
 
 
 async def fire_audit(temporal: TemporalHarness) -> list[tuple[str, str | None]]:
@@ -57,16 +27,15 @@ async def fire_audit(temporal: TemporalHarness) -> list[tuple[str, str | None]]:
 async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     keyed = {**api.operator_headers(), "Idempotency-Key": "INC-1234:first"}
 
     first = await api.http.post(path, json={"correlation_id": "c-1"}, headers=keyed)
     assert first.status_code == 202, first.text
     assert first.json()["trigger_key"].startswith("manual:key:")
-    assert (await finished(temporal, first.json())).emitted_count == 1
+    assert (await temporal.fired(first.json())).emitted_count == 1
     # again once the first fire closed, and by the automation's UUID: the same answer
     again = await api.http.post(
         f"/ops/automations/{definition_uuid(spec.id)}/fire",
@@ -84,9 +53,9 @@ async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
     )
     assert (one.status_code, two.status_code) == (202, 202), (one.text, two.text)
     assert one.json() == two.json() != first.json()
-    await finished(temporal, one.json())
+    await temporal.fired(one.json())
 
-    assert await workflows(temporal) == sorted(
+    assert await temporal.workflow_ids() == sorted(
         [first.json()["workflow_id"], one.json()["workflow_id"]]
     )
     assert sorted(r["execution_refs"]["correlation_id"] for r in await temporal.ops_runs()) == [
@@ -104,22 +73,20 @@ async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
 async def test_a_retry_after_a_failed_audit_write_fires_once(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     keyed = {**api.operator_headers(), "Idempotency-Key": "retry-after-503"}
 
-    await temporal.pool.execute(REFUSE_AUDIT)
-    refused = await api.http.post(path, json={}, headers=keyed)
-    assert refused.status_code == 503, refused.text
-    assert refused.json()["code"] == "unavailable"
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool):
+        refused = await api.http.post(path, json={}, headers=keyed)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "unavailable"
 
     retried = await api.http.post(path, json={}, headers=keyed)
     assert retried.status_code == 202, retried.text
-    await finished(temporal, retried.json())
-    assert await workflows(temporal) == [retried.json()["workflow_id"]]
+    await temporal.fired(retried.json())
+    assert await temporal.workflow_ids() == [retried.json()["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
     assert await fire_audit(temporal) == [("applied", "retry-after-503")]
 
@@ -128,17 +95,15 @@ async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
     """Never 503 "retry" once the workflow started: a keyless retry would fire again."""
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
 
-    await temporal.pool.execute(REFUSE_AUDIT_AT_COMMIT)
-    started = await api.http.post(path, json={}, headers=api.operator_headers())
-    await temporal.pool.execute(ALLOW_AUDIT)
+    async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
+        started = await api.http.post(path, json={}, headers=api.operator_headers())
     assert started.status_code == 202, started.text
-    await finished(temporal, started.json())
-    assert await workflows(temporal) == [started.json()["workflow_id"]]
+    await temporal.fired(started.json())
+    assert await temporal.workflow_ids() == [started.json()["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
     assert await fire_audit(temporal) == []  # lost with the commit (and logged)
 
@@ -146,8 +111,7 @@ async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start
 async def test_a_lost_answer_retried_with_the_key_fires_once(
     temporal: TemporalHarness, served: str
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     key = "lost-answer-1"
     url = urllib.parse.urlsplit(served)
     assert url.hostname is not None and url.port is not None
@@ -162,36 +126,30 @@ async def test_a_lost_answer_retried_with_the_key_fires_once(
     await writer.drain()
     # the fire started; its answer is never read: the connection drops
     deadline = asyncio.get_running_loop().time() + 20
-    while not await workflows(temporal):
+    while not await temporal.workflow_ids():
         assert asyncio.get_running_loop().time() < deadline, "the first fire never started"
         await asyncio.sleep(0.1)
     writer.close()
     del reader
 
-    environ = {"NO_PROXY": "*", "ACTIVITY_CORE_API_URL": served}
-    environ["ACTIVITY_CORE_OPERATOR_TOKEN"] = OPERATOR_TOKEN
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["fire", spec.id, "--idempotency-key", key, "--json"]
-    code = await asyncio.to_thread(main, argv, environ=environ, out=out, err=err)
-    retried = Done(code, out.getvalue(), err.getvalue())
+    retried = await operator_cli(main, served, "fire", spec.id, "--idempotency-key", key, "--json")
     assert retried.code == 0, retried.err
-    await finished(temporal, retried.json())
-    assert await workflows(temporal) == [retried.json()["workflow_id"]]
+    await temporal.fired(retried.json())
+    assert await temporal.workflow_ids() == [retried.json()["workflow_id"]]
     assert len(await temporal.ops_runs()) == 1
 
 
 async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     path = f"/ops/automations/{spec.id}"
     keyed = {**operator, "Idempotency-Key": "before-the-pause"}
     first = await api.http.post(f"{path}/fire", json={}, headers=keyed)
     assert first.status_code == 202, first.text
-    await finished(temporal, first.json())
+    await temporal.fired(first.json())
     assert (await api.http.post(f"{path}/pause", headers=operator)).status_code == 200
 
     again = await api.http.post(f"{path}/fire", json={}, headers=keyed)
@@ -201,15 +159,14 @@ async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
     refused = await api.http.post(f"{path}/fire", json={}, headers=other)
     assert refused.status_code == 409
     assert refused.json()["code"] == "state_conflict"
-    assert await workflows(temporal) == [first.json()["workflow_id"]]
+    assert await temporal.workflow_ids() == [first.json()["workflow_id"]]
 
 
 async def test_a_bad_idempotency_key_is_refused_and_fires_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{spec.id}/fire"
     bearer = (b"Authorization", f"Bearer {OPERATOR_TOKEN}".encode())
     for bad in ("", "x" * 129, "has space", "slash/in", "semi;colon", "caf\u00e9"):
@@ -226,5 +183,5 @@ async def test_a_bad_idempotency_key_is_refused_and_fires_nothing(
     longest = {**api.operator_headers(), "Idempotency-Key": "k" * 128}
     accepted = await api.http.post(path, json={}, headers=longest)
     assert accepted.status_code == 202, accepted.text
-    await finished(temporal, accepted.json())
-    assert await workflows(temporal) == [accepted.json()["workflow_id"]]
+    await temporal.fired(accepted.json())
+    assert await temporal.workflow_ids() == [accepted.json()["workflow_id"]]

@@ -7,19 +7,16 @@ to the real git server; the pull request is a respx Forgejo's."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 from ac_publication_kit import (
-    FORGEJO_API,
     PR_URL,
     TARGET_REPO,
-    forgejo_router,
+    publishing_worker,
     run_history,
     seed_published_candidate,
 )
@@ -27,15 +24,10 @@ from temporalio.client import Client
 
 from ac_browser import ARTIFACTS, chromium, sign_in
 from ac_browser import served as serve_app
-from ac_temporal_kit import ScriptedSink
-from ac_testkit import SeededQueue, settings_env
-from ac_ui import ALICE, named_operators
-from activity_core.db.pool import create_pool
-from activity_core.publication.activities import PublicationActivities
+from ac_testkit import SeededQueue
+from ac_ui import ALICE
 from activity_core.publication.remote_git import changes_ref
-from activity_core.settings import load_settings
 from activity_core.temporal.dev_server import DevServer
-from activity_core.temporal.worker import build_activities, build_worker
 from ops_testsupport.git_server import GitServer
 
 
@@ -47,36 +39,11 @@ async def world(
     git_server: GitServer,
     tmp_path: Path,
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    forgejo_token = tmp_path / "forgejo-token"
-    forgejo_token.write_text("forgejo-secret-token-0123456789\n")
-    env = settings_env(
-        TEMPORAL_ADDRESS=temporal_server.address,
-        TEMPORAL_TASK_QUEUE=f"ac-publish-ui-{uuid.uuid4().hex[:12]}",
-        ACTIVITY_CORE_ISSUE_SINK="none",
-        ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "operators.json"),
-        ACTIVITY_CORE_REPOSITORY_URL=git_server.url_template,
-        ACTIVITY_CORE_REPOSITORY_TOKEN_FILE=str(git_server.write_token_file(tmp_path / "s")),
-        ACTIVITY_CORE_REPOSITORY_USERNAME=git_server.username,
-        ACTIVITY_CORE_FORGEJO_API_URL=FORGEJO_API,
-        ACTIVITY_CORE_FORGEJO_TOKEN_FILE=str(forgejo_token),
-    )
-    settings = load_settings(**env)
-    pool = await create_pool(db_dsn, min_size=1, max_size=5)
-    router = forgejo_router()
-    worker = build_worker(
-        temporal_client,
-        task_queue=settings.temporal_task_queue,
-        activities=build_activities(settings, pool, ScriptedSink()),
-        publication=PublicationActivities(
-            pool, settings, forgejo_transport=httpx.MockTransport(router.handler)
-        ),
-    )
-    try:
-        async with worker:
-            with serve_app(db_dsn, **env) as url:
-                yield url, env
-    finally:
-        await pool.close()
+    async with publishing_worker(
+        temporal_client, temporal_server.address, db_dsn, git_server, tmp_path, "ac-publish-ui"
+    ) as (env, _):
+        with serve_app(db_dsn, **env) as url:
+            yield url, env
 
 
 async def test_an_operator_reads_the_diff_publishes_and_sees_the_branch_and_pull_request(

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ from ac_publication_kit import (
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from ac_testkit import SeededQueue, running_app
+from ac_serve import temporal_cli_env
+from ac_testkit import AppClient, SeededQueue, running_app
 from ac_ui import ALICE, named_operators
 from activity_core.publication.payloads import publication_workflow_id
 from activity_core.publication.remote_git import changes_ref
@@ -44,16 +45,6 @@ from activity_core.temporal.dev_server import DevServer
 from ops_testsupport.git_server import GitServer
 
 ENTRY = "from activity_core.cli import console_main; console_main()"
-
-
-def _env(**values: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"))
-    }
-    env.update(values)
-    return env
 
 
 @contextmanager
@@ -95,6 +86,77 @@ async def _push_started(client: Client, workflow_id: str) -> None:
             await asyncio.sleep(0.2)
 
 
+def _worker_settings(
+    db_dsn: str,
+    temporal_server: DevServer,
+    git_server: GitServer,
+    token_file: Path,
+    task_queue: str,
+    **more: str,
+) -> dict[str, str]:
+    """The settings a publishing worker process and the app share; `task_queue` made unique."""
+    return {
+        "ACTIVITY_CORE_DATABASE_URL": db_dsn,
+        "ACTIVITY_CORE_ISSUE_SINK": "none",
+        "ACTIVITY_CORE_LOG_LEVEL": "INFO",
+        "TEMPORAL_ADDRESS": temporal_server.address,
+        "TEMPORAL_TASK_QUEUE": f"{task_queue}-{uuid.uuid4().hex[:10]}",
+        "ACTIVITY_CORE_REPOSITORY_URL": git_server.url_template,
+        "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(token_file),
+        "ACTIVITY_CORE_REPOSITORY_USERNAME": git_server.username,
+        **more,
+    }
+
+
+@asynccontextmanager
+async def _publishing_app(
+    db_dsn: str, settings: dict[str, str], tmp_path: Path
+) -> AsyncIterator[AppClient]:
+    """The app on the workers' settings (but the database and the log level, its own), with
+    the named operators."""
+    app_env: dict[str, Any] = {
+        k: v
+        for k, v in settings.items()
+        if k not in ("ACTIVITY_CORE_DATABASE_URL", "ACTIVITY_CORE_LOG_LEVEL")
+    }
+    async with running_app(
+        db_dsn, ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "ops.json"), **app_env
+    ) as api:
+        yield api
+
+
+@asynccontextmanager
+async def _polling_worker(
+    env: dict[str, str], log: Path, count: int
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A worker process, once it is the `count`th to poll the task queue in `log`."""
+    with worker_process(env, log) as process:
+        await _polling(process, log, count)
+        yield process
+
+
+async def _settled(
+    db: asyncpg.Connection, run_id: uuid.UUID, done: Callable[[asyncpg.Record], bool]
+) -> asyncpg.Record:
+    """The run's publication row, once `done` holds for it (within 90 s)."""
+    async with asyncio.timeout(90):
+        while True:
+            row = await db.fetchrow("SELECT * FROM ops_run_publications WHERE run_id = $1", run_id)
+            assert row is not None
+            if done(row):
+                return row
+            await asyncio.sleep(0.3)
+
+
+async def _dumped(db: asyncpg.Connection) -> str:
+    """Every publication row and audit entry, as text: where no token may be."""
+    dumped: str = await db.fetchval(
+        "SELECT (SELECT coalesce(string_agg(p::text, ''), '') FROM ops_run_publications p)"
+        " || (SELECT coalesce(string_agg(a::text, ''), '') FROM ops_audit a)"
+    )
+    return dumped
+
+
 async def test_kill_9_of_the_temporal_worker_mid_publish_publishes_exactly_once(
     temporal_client: Client,
     temporal_server: DevServer,
@@ -104,30 +166,13 @@ async def test_kill_9_of_the_temporal_worker_mid_publish_publishes_exactly_once(
     tmp_path: Path,
 ) -> None:
     token_file = git_server.write_token_file(tmp_path / "secrets")
-    settings = {
-        "ACTIVITY_CORE_DATABASE_URL": db_dsn,
-        "ACTIVITY_CORE_ISSUE_SINK": "none",
-        "ACTIVITY_CORE_LOG_LEVEL": "INFO",
-        "TEMPORAL_ADDRESS": temporal_server.address,
-        "TEMPORAL_TASK_QUEUE": f"ac-publish-kill-{uuid.uuid4().hex[:10]}",
-        "ACTIVITY_CORE_REPOSITORY_URL": git_server.url_template,
-        "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(token_file),
-        "ACTIVITY_CORE_REPOSITORY_USERNAME": git_server.username,
-    }
+    settings = _worker_settings(db_dsn, temporal_server, git_server, token_file, "ac-publish-kill")
     history = run_history(git_server, tmp_path / "work")
     run_id = await seed_published_candidate(SeededQueue(db), history)
     log = tmp_path / "temporal-worker.log"
-    env = _env(**settings)
-    app_env: dict[str, Any] = {
-        k: v
-        for k, v in settings.items()
-        if k not in ("ACTIVITY_CORE_DATABASE_URL", "ACTIVITY_CORE_LOG_LEVEL")
-    }
-    async with running_app(
-        db_dsn, ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "ops.json"), **app_env
-    ) as api:
-        with worker_process(env, log) as first:
-            await _polling(first, log, 1)
+    env = temporal_cli_env(**settings)
+    async with _publishing_app(db_dsn, settings, tmp_path) as api:
+        async with _polling_worker(env, log, 1) as first:
             git_server.stall_fetch = 120.0
             answer = await api.http.post(
                 f"/ops-runs/{run_id}/publish", headers={"Authorization": f"Bearer {ALICE}"}
@@ -138,17 +183,8 @@ async def test_kill_9_of_the_temporal_worker_mid_publish_publishes_exactly_once(
             first.wait(timeout=10)
         git_server.stall_fetch = None
         assert receive_pack_posts(git_server) == 0
-        with worker_process(env, log) as second:
-            await _polling(second, log, 2)
-            async with asyncio.timeout(90):
-                while True:
-                    row = await db.fetchrow(
-                        "SELECT * FROM ops_run_publications WHERE run_id = $1", run_id
-                    )
-                    assert row is not None
-                    if row["state"] != "pending":
-                        break
-                    await asyncio.sleep(0.3)
+        async with _polling_worker(env, log, 2):
+            row = await _settled(db, run_id, lambda row: row["state"] != "pending")
         assert row["state"] == "published", row["error"]
         assert row["commit"] == history.tip
         assert git_server.refs(TARGET_REPO)[changes_ref(str(run_id), 1)] == history.tip
@@ -157,11 +193,7 @@ async def test_kill_9_of_the_temporal_worker_mid_publish_publishes_exactly_once(
         assert shown.json()["publication"]["state"] == "published"
     # the token: in no log, no row of the publication or the audit trail
     assert git_server.token not in log.read_text(errors="replace")
-    dumped = await db.fetchval(
-        "SELECT (SELECT coalesce(string_agg(p::text, ''), '') FROM ops_run_publications p)"
-        " || (SELECT coalesce(string_agg(a::text, ''), '') FROM ops_audit a)"
-    )
-    assert git_server.token not in dumped
+    assert git_server.token not in await _dumped(db)
 
 
 class ForgejoStandIn:
@@ -252,30 +284,19 @@ async def test_kill_9_of_the_temporal_worker_after_the_push_records_it_without_a
     ref = changes_ref(str(run_id), 1)
     log = tmp_path / "temporal-worker.log"
     with ForgejoStandIn() as forgejo:
-        settings = {
-            "ACTIVITY_CORE_DATABASE_URL": db_dsn,
-            "ACTIVITY_CORE_ISSUE_SINK": "none",
-            "ACTIVITY_CORE_LOG_LEVEL": "INFO",
-            "TEMPORAL_ADDRESS": temporal_server.address,
-            "TEMPORAL_TASK_QUEUE": f"ac-publish-kill-after-{uuid.uuid4().hex[:10]}",
-            "ACTIVITY_CORE_REPOSITORY_URL": git_server.url_template,
-            "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(token_file),
-            "ACTIVITY_CORE_REPOSITORY_USERNAME": git_server.username,
-            "ACTIVITY_CORE_FORGEJO_API_URL": forgejo.api_url,
-            "ACTIVITY_CORE_FORGEJO_TOKEN_FILE": str(forgejo_token),
-        }
-        env = _env(**settings)
-        app_env: dict[str, Any] = {
-            k: v
-            for k, v in settings.items()
-            if k not in ("ACTIVITY_CORE_DATABASE_URL", "ACTIVITY_CORE_LOG_LEVEL")
-        }
-        async with running_app(
-            db_dsn, ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "ops.json"), **app_env
-        ) as api:
+        settings = _worker_settings(
+            db_dsn,
+            temporal_server,
+            git_server,
+            token_file,
+            "ac-publish-kill-after",
+            ACTIVITY_CORE_FORGEJO_API_URL=forgejo.api_url,
+            ACTIVITY_CORE_FORGEJO_TOKEN_FILE=str(forgejo_token),
+        )
+        env = temporal_cli_env(**settings)
+        async with _publishing_app(db_dsn, settings, tmp_path) as api:
             try:
-                with worker_process(env, log) as first:
-                    await _polling(first, log, 1)
+                async with _polling_worker(env, log, 1) as first:
                     answer = await api.http.post(
                         f"/ops-runs/{run_id}/publish", headers={"Authorization": f"Bearer {ALICE}"}
                     )
@@ -294,17 +315,12 @@ async def test_kill_9_of_the_temporal_worker_after_the_push_records_it_without_a
             row = await db.fetchrow("SELECT * FROM ops_run_publications WHERE run_id = $1", run_id)
             assert row is not None and row["state"] == "pending"
             assert forgejo.opened == 0
-            with worker_process(env, log) as second:
-                await _polling(second, log, 2)
-                async with asyncio.timeout(90):
-                    while True:
-                        row = await db.fetchrow(
-                            "SELECT * FROM ops_run_publications WHERE run_id = $1", run_id
-                        )
-                        assert row is not None
-                        if row["state"] != "pending" and row["pull_request_url"] is not None:
-                            break
-                        await asyncio.sleep(0.3)
+            async with _polling_worker(env, log, 2):
+                row = await _settled(
+                    db,
+                    run_id,
+                    lambda row: row["state"] != "pending" and row["pull_request_url"] is not None,
+                )
             assert row["state"] == "published", row["error"]
             assert row["commit"] == history.tip
             assert row["pull_request_url"] == forgejo.pr_url
@@ -316,10 +332,7 @@ async def test_kill_9_of_the_temporal_worker_after_the_push_records_it_without_a
     assert set(forgejo.tokens) == {"token forgejo-secret-token-after-push-0123"}
     text = log.read_text(errors="replace")
     assert "already there" in text  # the second worker's log line: no push of its own
-    dumped = await db.fetchval(
-        "SELECT (SELECT coalesce(string_agg(p::text, ''), '') FROM ops_run_publications p)"
-        " || (SELECT coalesce(string_agg(a::text, ''), '') FROM ops_audit a)"
-    )
+    dumped = await _dumped(db)
     for secret in (git_server.token, "forgejo-secret-token-after-push-0123"):
         assert secret not in text
         assert secret not in dumped

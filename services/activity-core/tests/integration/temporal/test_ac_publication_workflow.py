@@ -8,7 +8,6 @@ publication can be asked for again; a viewer is refused and audited."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import re
 import uuid
@@ -22,29 +21,23 @@ import httpx
 import pytest
 import respx
 from ac_publication_kit import (
-    FORGEJO_API,
     PR_URL,
     TARGET_REPO,
     History,
-    forgejo_router,
+    publishing_worker,
     receive_pack_posts,
     run_history,
     seed_published_candidate,
 )
 from temporalio.client import Client
 
-from ac_serve import Done, serve_env, serve_process
-from ac_temporal_kit import ScriptedSink
-from ac_testkit import AppClient, SeededQueue, running_app, settings_env
-from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, named_operators, post_form, session
-from activity_core.db.pool import create_pool
+from ac_serve import Done, operator_cli, serve_env, serve_process
+from ac_testkit import AppClient, SeededQueue, running_app
+from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, post_form, session
 from activity_core.operator.cli import main
-from activity_core.publication.activities import PublicationActivities
 from activity_core.publication.payloads import publication_workflow_id
 from activity_core.publication.remote_git import changes_ref
-from activity_core.settings import load_settings
 from activity_core.temporal.dev_server import DevServer
-from activity_core.temporal.worker import build_activities, build_worker
 from ops_testsupport.changes_bundles import git
 from ops_testsupport.git_server import GitServer
 
@@ -91,10 +84,7 @@ class Publishing:
 
 async def runs(url: str, *argv: str, token: str) -> Done:
     """`activity-core runs ...` against `url` with `token` (test_ac_runs_cli.py's way)."""
-    environ = {"NO_PROXY": "*", "ACTIVITY_CORE_API_URL": url, "ACTIVITY_CORE_OPERATOR_TOKEN": token}
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), environ=environ, out=out, err=err)
-    return Done(code, out.getvalue(), err.getvalue())
+    return await operator_cli(main, url, *argv, token=token)
 
 
 @pytest.fixture
@@ -106,45 +96,27 @@ async def publishing(
     git_server: GitServer,
     tmp_path: Path,
 ) -> AsyncIterator[Publishing]:
-    forgejo_token = tmp_path / "forgejo-token"
-    forgejo_token.write_text("forgejo-secret-token-0123456789\n")
-    env = settings_env(
-        TEMPORAL_ADDRESS=temporal_server.address,
-        TEMPORAL_TASK_QUEUE=f"ac-publish-{uuid.uuid4().hex[:12]}",
-        ACTIVITY_CORE_ISSUE_SINK="none",
-        ACTIVITY_CORE_OPERATORS_FILE=named_operators(tmp_path / "operators.json"),
-        ACTIVITY_CORE_REPOSITORY_URL=git_server.url_template,
-        ACTIVITY_CORE_REPOSITORY_TOKEN_FILE=str(git_server.write_token_file(tmp_path / "s")),
-        ACTIVITY_CORE_REPOSITORY_USERNAME=git_server.username,
-        ACTIVITY_CORE_FORGEJO_API_URL=FORGEJO_API,
-        ACTIVITY_CORE_FORGEJO_TOKEN_FILE=str(forgejo_token),
-        ACTIVITY_CORE_PUBLIC_URL="https://ops.example.org",
-    )
-    settings = load_settings(**env)
-    pool = await create_pool(db_dsn, min_size=1, max_size=5)
-    router = forgejo_router()
-    publication = PublicationActivities(
-        pool, settings, forgejo_transport=httpx.MockTransport(router.handler)
-    )
-    worker = build_worker(
-        temporal_client,
-        task_queue=settings.temporal_task_queue,
-        activities=build_activities(settings, pool, ScriptedSink()),
-        publication=publication,
-    )
-    try:
-        async with worker, running_app(db_dsn, **env) as api:
-            yield Publishing(
-                api=api,
-                db=db,
-                seeded=SeededQueue(db),
-                server=git_server,
-                forgejo=router,
-                work=tmp_path,
-                env={**env, "pull_requests": True},
-            )
-    finally:
-        await pool.close()
+    async with (
+        publishing_worker(
+            temporal_client,
+            temporal_server.address,
+            db_dsn,
+            git_server,
+            tmp_path,
+            "ac-publish",
+            ACTIVITY_CORE_PUBLIC_URL="https://ops.example.org",
+        ) as (env, router),
+        running_app(db_dsn, **env) as api,
+    ):
+        yield Publishing(
+            api=api,
+            db=db,
+            seeded=SeededQueue(db),
+            server=git_server,
+            forgejo=router,
+            work=tmp_path,
+            env={**env, "pull_requests": True},
+        )
 
 
 async def test_an_operator_publishes_and_a_repeat_pushes_nothing(publishing: Publishing) -> None:

@@ -4,7 +4,6 @@ behaviour, and the `activity-core temporal-worker` command as a real process."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from ac_serve import temporal_cli_env
 from ac_temporal_kit import definition
 from activity_core.db.pool import create_pool
 from activity_core.definitions.sync import sync_definitions
@@ -70,16 +70,6 @@ async def test_an_unreachable_temporal_is_one_clear_line() -> None:
     assert "\n" not in message
 
 
-def cli_env(**values: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"))
-    }
-    env.update(values)
-    return env
-
-
 async def test_the_worker_command_runs_workflows_and_stops_on_sigterm(
     temporal_server: DevServer, temporal_client: Client, db_dsn: str, tmp_path: Path
 ) -> None:
@@ -99,7 +89,7 @@ async def test_the_worker_command_runs_workflows_and_stops_on_sigterm(
         "-c",
         ENTRY,
         "temporal-worker",
-        env=cli_env(
+        env=temporal_cli_env(
             ACTIVITY_CORE_DATABASE_URL=db_dsn,
             ACTIVITY_CORE_STATE_DIR=str(tmp_path),
             ACTIVITY_CORE_ISSUE_SINK="none",
@@ -136,7 +126,7 @@ async def test_the_worker_command_runs_workflows_and_stops_on_sigterm(
 def run_cli(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", ENTRY, "temporal-worker"],
-        env=cli_env(**env),
+        env=temporal_cli_env(**env),
         capture_output=True,
         text=True,
         timeout=60,

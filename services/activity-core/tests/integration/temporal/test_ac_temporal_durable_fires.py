@@ -31,7 +31,6 @@ from temporalio.client import (
     ScheduleActionExecutionStartWorkflow,
     ScheduleOverlapPolicy,
     WorkflowFailureError,
-    WorkflowHandle,
 )
 
 from ac_temporal_kit import TemporalHarness, definition, start_worker_harness
@@ -40,8 +39,8 @@ from activity_core.db.pool import create_pool
 from activity_core.definitions.sync import sync_definitions
 from activity_core.temporal.client import TemporalClientProvider, connect
 from activity_core.temporal.dev_server import DevServer, free_port, start_dev_server
-from activity_core.temporal.fire import fire_manual, manual_trigger_key, retry_fire
-from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
+from activity_core.temporal.fire import fire_manual, retry_fire
+from activity_core.temporal.payloads import RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier
 from activity_core.temporal.worker import build_activities, build_worker
 
@@ -77,17 +76,6 @@ async def eventually(
         await asyncio.sleep(0.2)
 
 
-async def start(temporal: TemporalHarness, slug: str) -> WorkflowHandle[Any, RunActivityResult]:
-    key = manual_trigger_key()
-    return await temporal.client.start_workflow(
-        WORKFLOW_NAME,
-        RunActivityInput(activity_slug=slug, trigger_key=key, request={"correlation_id": "c-1"}),
-        id=f"activity:{slug}:{key}",
-        task_queue=temporal.task_queue,
-        result_type=RunActivityResult,
-    )
-
-
 async def fire_row(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
     return await pool.fetchrow("SELECT * FROM activity_runs WHERE run_id = $1", run_id)
 
@@ -116,7 +104,7 @@ async def test_every_item_of_a_batch_is_queued_while_the_sink_is_down_and_writte
     async with worker_with(temporal_client, temporal_server, db_dsn) as temporal:
         await temporal.sync(definition(temporal.slug, cron=None, rules=3))
         temporal.sink.failures = SINK_DOWN
-        handle = await start(temporal, temporal.slug)
+        handle = await temporal.start_fire(temporal.slug)
         run_id = handle.first_execution_run_id or ""
 
         # the sink is down, yet the fire is emitted: every item queued, with its audit row
@@ -172,7 +160,7 @@ async def test_a_sink_down_for_its_whole_window_is_recorded_failed_and_a_retry_s
     ) as temporal:
         await temporal.sync(definition(temporal.slug, cron=None))
         temporal.sink.failures = SINK_DOWN
-        handle = await start(temporal, temporal.slug)
+        handle = await temporal.start_fire(temporal.slug)
         result = await temporal.result(handle)
         run_id = handle.first_execution_run_id or ""
 
@@ -238,7 +226,7 @@ async def test_a_fire_that_fails_shows_its_reason_in_the_runs_json_and_the_ui(
     ) as temporal:
         # synced while the flag was off; the worker now requires a harness profile
         await temporal.sync(definition(temporal.slug, cron=None, profile=None))
-        handle = await start(temporal, temporal.slug)
+        handle = await temporal.start_fire(temporal.slug)
         with pytest.raises(WorkflowFailureError):
             await temporal.result(handle)
         run_id = handle.first_execution_run_id or ""
@@ -274,7 +262,7 @@ async def test_an_unexpected_error_is_retried_a_few_times_then_the_fire_fails_wi
                 FOR EACH ROW EXECUTE FUNCTION refuse_runs();
             """
         )
-        handle = await start(temporal, temporal.slug)
+        handle = await temporal.start_fire(temporal.slug)
         run_id = handle.first_execution_run_id or ""
         # while it retries, the fire says what it is retrying on
         retrying = await eventually(

@@ -12,19 +12,6 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowHist
 from temporalio.exceptions import ApplicationError
 
 from ac_temporal_kit import TemporalHarness, definition
-from activity_core.temporal.fire import manual_trigger_key
-from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
-
-
-async def start(temporal: TemporalHarness, slug: str) -> WorkflowHandle[Any, RunActivityResult]:
-    key = manual_trigger_key()
-    return await temporal.client.start_workflow(
-        WORKFLOW_NAME,
-        RunActivityInput(activity_slug=slug, trigger_key=key, request={"correlation_id": "c-1"}),
-        id=f"activity:{slug}:{key}",
-        task_queue=temporal.task_queue,
-        result_type=RunActivityResult,
-    )
 
 
 async def emit_attempts(
@@ -52,7 +39,7 @@ async def test_profile_policy_failure_is_not_retried_and_emits_nothing(
     temporal = strict_temporal
     # synced while the flag was off; the worker now requires a harness profile
     await temporal.sync(definition(temporal.slug, cron=None, profile=None))
-    handle = await start(temporal, temporal.slug)
+    handle = await temporal.start_fire(temporal.slug)
 
     with pytest.raises(WorkflowFailureError) as failed:
         await temporal.result(handle)
@@ -87,7 +74,7 @@ async def test_sink_failure_is_retried_without_a_duplicate_ops_run(
 ) -> None:
     await temporal.sync(definition(temporal.slug, cron=None))
     temporal.sink.failures = 2
-    handle = await start(temporal, temporal.slug)
+    handle = await temporal.start_fire(temporal.slug)
 
     result = await temporal.result(handle)
     assert result.emitted_count == 1
@@ -114,7 +101,7 @@ async def test_a_stored_definition_that_no_longer_validates_is_not_retried(
     await temporal.pool.execute(
         "UPDATE activity_definitions SET definition = definition || '{\"title\": 5}'::jsonb"
     )
-    handle = await start(temporal, temporal.slug)
+    handle = await temporal.start_fire(temporal.slug)
 
     with pytest.raises(WorkflowFailureError) as failed:
         await temporal.result(handle)

@@ -6,29 +6,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import AppClient
+from ac_temporal_kit import TemporalHarness, definition, temporal_app
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.dev_server import free_port
-from activity_core.temporal.payloads import RunActivityResult
-
-
-async def fire_app(temporal: TemporalHarness, app_factory: Any, **env: Any) -> AppClient:
-    settings = {
-        "TEMPORAL_ADDRESS": temporal.settings.temporal_address,
-        "TEMPORAL_TASK_QUEUE": temporal.task_queue,
-        **env,
-    }
-    api: AppClient = await app_factory(**settings)
-    return api
 
 
 async def test_manual_fire_runs_the_workflow_and_queues_the_request_attribution(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory)
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory)
 
     response = await api.http.post(
         f"/ops/automations/{spec.id}/fire",
@@ -39,10 +26,7 @@ async def test_manual_fire_runs_the_workflow_and_queues_the_request_attribution(
     body = response.json()
     assert body["workflow_id"] == f"activity:{spec.id}:{body['trigger_key']}"
     assert body["trigger_key"].startswith("manual:")
-    handle = temporal.client.get_workflow_handle(
-        body["workflow_id"], run_id=body["run_id"], result_type=RunActivityResult
-    )
-    result = await temporal.result(handle)
+    result = await temporal.fired(body)
     assert result.triggering_event_id == body["trigger_key"]
     assert result.emitted_count == 1
 
@@ -83,7 +67,7 @@ async def test_fire_refusals(temporal: TemporalHarness, app_factory: Any) -> Non
     active = definition(temporal.slug, cron=None)
     paused = definition(f"{temporal.slug}-paused", cron=None, paused=True)
     await temporal.sync(active, paused)
-    api = await fire_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     path = f"/ops/automations/{active.id}/fire"
     operator = api.operator_headers()
 
@@ -123,9 +107,8 @@ async def test_fire_refusals(temporal: TemporalHarness, app_factory: Any) -> Non
 async def test_fire_answers_503_while_temporal_is_down_and_the_queue_api_still_works(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
-    api = await fire_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    spec = await temporal.define(cron=None)
+    api = await temporal_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
 
     response = await api.http.post(
         f"/ops/automations/{spec.id}/fire", json={}, headers=api.operator_headers()

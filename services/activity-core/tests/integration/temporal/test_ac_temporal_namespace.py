@@ -6,7 +6,6 @@ Nothing reaches `default`. Both commands run as real processes."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import yaml
 from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from ac_serve import temporal_cli_env
 from ac_temporal_kit import PROFILE
 from activity_core.db.pool import create_pool
 from activity_core.temporal.client import connect
@@ -38,16 +38,6 @@ def namespaced_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevS
         yield server
     finally:
         server.stop()
-
-
-def cli_env(**values: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"))
-    }
-    env.update(values)
-    return env
 
 
 def write_definition(directory: Path, slug: str) -> Path:
@@ -98,7 +88,7 @@ async def test_sync_worker_and_manual_fire_use_the_configured_namespace(
 ) -> None:
     slug = f"ns-{uuid.uuid4().hex[:8]}"
     task_queue = f"ac-ns-{uuid.uuid4().hex[:10]}"
-    env = cli_env(
+    env = temporal_cli_env(
         ACTIVITY_CORE_DATABASE_URL=db_dsn,
         ACTIVITY_CORE_STATE_DIR=str(tmp_path / "state"),
         ACTIVITY_CORE_ISSUE_SINK="none",

@@ -11,21 +11,10 @@ from typing import Any
 
 import asyncpg
 
-from ac_temporal_kit import TemporalHarness, definition
-from ac_testkit import AppClient
+from ac_temporal_kit import TemporalHarness, definition, temporal_app
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.dev_server import free_port
 from activity_core.temporal.schedules import NOTE_PAUSED
-
-
-async def pause_app(temporal: TemporalHarness, app_factory: Any, **env: Any) -> AppClient:
-    settings = {
-        "TEMPORAL_ADDRESS": temporal.settings.temporal_address,
-        "TEMPORAL_TASK_QUEUE": temporal.task_queue,
-        **env,
-    }
-    api: AppClient = await app_factory(**settings)
-    return api
 
 
 async def row(temporal: TemporalHarness, slug: str) -> asyncpg.Record:
@@ -54,9 +43,8 @@ async def audit(temporal: TemporalHarness) -> list[tuple[str, str, str, str | No
 async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="30 7 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await pause_app(temporal, app_factory)
+    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
 
     active = await api.http.get(f"/ops/automations/{spec.id}", headers=operator)
@@ -145,9 +133,8 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
 async def test_a_sync_keeps_an_operators_pause_and_a_resume_follows_the_new_cron(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await pause_app(temporal, app_factory)
+    spec = await temporal.define(cron="0 6 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     paused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
     assert paused.status_code == 200, paused.text
@@ -190,7 +177,7 @@ async def test_a_sync_keeps_an_operators_pause_and_a_resume_follows_the_new_cron
 async def test_a_pause_racing_a_sync_ends_paused_in_both(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    api = await pause_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     for n in range(6):
         slug = f"{temporal.slug}-{n}"
@@ -219,7 +206,7 @@ async def test_pause_and_resume_refusals(temporal: TemporalHarness, app_factory:
     manual = definition(f"{temporal.slug}-manual", cron=None)
     by_file = definition(f"{temporal.slug}-file", cron="0 6 * * *", paused=True)
     await temporal.sync(scheduled, manual, by_file)
-    api = await pause_app(temporal, app_factory)
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
 
     for verb in ("pause", "resume"):
@@ -283,9 +270,8 @@ async def test_pause_and_resume_refusals(temporal: TemporalHarness, app_factory:
 async def test_pause_answers_503_while_temporal_is_down_and_changes_nothing(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * *")
-    await temporal.sync(spec)
-    api = await pause_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    spec = await temporal.define(cron="0 6 * * *")
+    api = await temporal_app(temporal, app_factory, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
     operator = api.operator_headers()
 
     for verb in ("pause", "resume"):
@@ -310,9 +296,8 @@ async def test_pause_answers_503_while_temporal_is_down_and_changes_nothing(
 async def test_the_ops_ui_shows_the_pause_and_the_next_fires(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = definition(temporal.slug, cron="15 5 * * *", timezone="UTC")
-    await temporal.sync(spec)
-    api = await pause_app(temporal, app_factory)
+    spec = await temporal.define(cron="15 5 * * *", timezone="UTC")
+    api = await temporal_app(temporal, app_factory)
     operator = api.operator_headers()
     page = f"/ops/ui/automations/{spec.id}"
 

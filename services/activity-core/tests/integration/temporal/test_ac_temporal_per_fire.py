@@ -21,7 +21,7 @@ from temporalio.client import (
 )
 from temporalio.worker import Replayer
 
-from ac_temporal_kit import TemporalHarness, definition
+from ac_temporal_kit import TemporalHarness
 from activity_core.temporal.payloads import RunActivityResult
 from activity_core.temporal.workflow import RunActivityWorkflow
 
@@ -65,8 +65,7 @@ async def fired(
 async def test_two_fires_make_two_ops_runs_and_a_replayed_fire_makes_none(
     temporal: TemporalHarness,
 ) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * 1-5", timezone="Europe/Berlin")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="0 6 * * 1-5", timezone="Europe/Berlin")
     handle = temporal.applier.handle(spec.id)
     described = await handle.describe()
     assert isinstance(described.schedule.action, ScheduleActionStartWorkflow)

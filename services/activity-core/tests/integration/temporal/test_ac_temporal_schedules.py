@@ -36,8 +36,7 @@ def one(value: int) -> tuple[ScheduleRange, ...]:
 
 
 async def test_sync_creates_updates_and_pauses_schedules(temporal: TemporalHarness) -> None:
-    spec = definition(temporal.slug, cron="0 6 * * 1-5", timezone="Europe/Berlin")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="0 6 * * 1-5", timezone="Europe/Berlin")
     assert temporal.applier.last_report is not None
     assert temporal.applier.last_report.created == [spec.id]
     handle = temporal.applier.handle(spec.id)
@@ -116,8 +115,7 @@ async def test_sync_creates_updates_and_pauses_schedules(temporal: TemporalHarne
 
 
 async def test_manual_only_definitions_get_no_schedule(temporal: TemporalHarness) -> None:
-    spec = definition(temporal.slug, cron=None)
-    await temporal.sync(spec)
+    spec = await temporal.define(cron=None)
     assert temporal.applier.last_report is not None
     assert temporal.applier.last_report.created == []
     with pytest.raises(RPCError) as missing:

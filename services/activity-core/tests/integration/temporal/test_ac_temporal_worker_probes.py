@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 import sys
@@ -32,22 +31,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ac_serve import temporal_cli_env
 from activity_core.temporal.dev_server import DevServer, free_port, start_dev_server
 from activity_core.temporal.worker_endpoints import TEMPORAL_SDK_METRICS
 from ops_testsupport.liveness import stall_and_watch, stalling_entry
 
 MAX_STALL = 2.0
 ENTRY = stalling_entry("from activity_core.cli import console_main", "console_main()")
-
-
-def cli_env(**values: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ACTIVITY_CORE_", "OPS_RUN_", "TEMPORAL_", "STATE_HUB"))
-    }
-    env.update(values)
-    return env
 
 
 @pytest.fixture
@@ -60,7 +50,7 @@ def started(
     temporal_server: DevServer, db_dsn: str, worker_log: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     liveness, metrics = free_port(), free_port()
-    env = cli_env(
+    env = temporal_cli_env(
         ACTIVITY_CORE_DATABASE_URL=db_dsn,
         ACTIVITY_CORE_ISSUE_SINK="none",
         TEMPORAL_ADDRESS=temporal_server.address,
@@ -136,7 +126,7 @@ async def test_readyz_follows_the_pollers_and_the_connection(
     port, liveness = free_port(), free_port()
     server = start_dev_server(tmp_path / "temporal", port=port)
     task_queue = f"ac-ready-{uuid.uuid4().hex[:10]}"
-    env = cli_env(
+    env = temporal_cli_env(
         ACTIVITY_CORE_DATABASE_URL=db_dsn,
         ACTIVITY_CORE_ISSUE_SINK="none",
         TEMPORAL_ADDRESS=server.address,
@@ -198,7 +188,7 @@ def test_a_bad_endpoint_setting_is_one_line_and_exit_2(
     with _listening() as taken:
         if value == "in-use":
             value = f"127.0.0.1:{taken.getsockname()[1]}"
-        env = cli_env(
+        env = temporal_cli_env(
             # nothing listens there: the command must stop before it would connect
             ACTIVITY_CORE_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/none",
             ACTIVITY_CORE_ISSUE_SINK="none",

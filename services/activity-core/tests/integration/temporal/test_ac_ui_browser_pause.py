@@ -11,7 +11,7 @@ import pytest
 
 from ac_browser import ARTIFACTS, chromium, sign_in
 from ac_browser import served as serve_app
-from ac_temporal_kit import TemporalHarness, definition
+from ac_temporal_kit import TemporalHarness
 from ac_testkit import OPERATOR_TOKEN
 
 
@@ -33,8 +33,7 @@ async def schedule_paused(temporal: TemporalHarness, slug: str) -> bool:
 async def test_an_operator_pauses_and_resumes_an_automation(
     temporal: TemporalHarness, base_url: str
 ) -> None:
-    spec = definition(temporal.slug, cron="15 5 * * *", timezone="UTC")
-    await temporal.sync(spec)
+    spec = await temporal.define(cron="15 5 * * *", timezone="UTC")
     path = f"/ops/ui/automations/{spec.id}"
     async with chromium() as browser:
         page = await browser.new_page()
