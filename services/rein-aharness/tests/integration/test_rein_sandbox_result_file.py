@@ -12,8 +12,7 @@ import anyio
 from ops_contracts import GatewayEvidence
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.gateway.report_evidence import with_report
-from rein_aharness.profiles import BUILTIN_SANDBOXES, SandboxChoice
-from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
+from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.sandbox.result_file import (
     MAX_REPORT_DEPTH,
@@ -23,19 +22,17 @@ from rein_aharness.sandbox.result_file import (
     read_report,
 )
 from rein_worker_kit import (
-    GRANT,
+    BWRAP,
+    BWRAP_LOCAL,
     ActivityCore,
-    RecordingTransport,
     Repos,
     command_profile,
     git,
-    run_worker_once,
+    run_profile_once,
     worker_settings,
     write_catalogue,
 )
 
-BWRAP = resolve_bwrap(None)
-BWRAP_LOCAL = SandboxChoice("profile.bwrap-local", BUILTIN_SANDBOXES["profile.bwrap-local"])
 ENV = {"PATH": "/usr/bin:/bin", "REIN_RESULT_FILE": str(RESULT_FILE)}
 ALL = frozenset({"resolved_model", "tokens_spent", "tool_events_count"})
 
@@ -139,10 +136,7 @@ async def test_another_attempts_result_directory_is_not_visible(
     )
     catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("probe", script))
     settings = worker_settings(tmp_path, repos, catalogue)
-    await activity_core.seeded.run(
-        harness_profile_ref="harness.probe@1.0.0", repository_grant=GRANT
-    )
-    await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    await run_profile_once(activity_core, settings, "probe")
     [ref] = Repos.landings(repo)
     landed = git(repo, "show", f"{ref}:briefs/result.md")
     assert "result.json" not in landed
@@ -160,10 +154,7 @@ async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_at
     )
     catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("lock", script))
     settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.lock@1.0.0", repository_grant=GRANT
-    )
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    run_id, runtime = await run_profile_once(activity_core, settings, "lock")
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     assert (await activity_core.row(run_id))["state"] == "succeeded"
