@@ -786,15 +786,8 @@ async def test_a_remote_glas_gateway_executes_the_profiled_request(
             },
         )
 
-    async with open_worker(
-        settings,
-        load_catalogue(catalogue),
-        transports=Transports(
-            queue=RecordingTransport(activity_core.transport()), glas=httpx.MockTransport(glas)
-        ),
-        retry=FAST,
-    ) as runtime:
-        await runtime.worker.run(once=True)
+    queue = RecordingTransport(activity_core.transport())
+    await run_worker_once(settings, queue, glas=httpx.MockTransport(glas))
 
     assert [body["request_id"] for body in asked] == [f"{run_id}.1"]
     row = await activity_core.row(run_id)

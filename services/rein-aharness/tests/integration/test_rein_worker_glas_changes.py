@@ -24,8 +24,7 @@ from ops_testsupport.changes_bundles import (
     garbage_bundle,
     make_repository,
 )
-from rein_aharness.profiles import load_catalogue
-from rein_aharness.worker import Transports, WorkerRuntime, open_worker
+from rein_aharness.worker import WorkerRuntime
 from rein_worker_kit import (
     FAST,
     GRANT,
@@ -34,6 +33,7 @@ from rein_worker_kit import (
     Repos,
     command_profile,
     outbox,
+    run_worker_once,
     worker_settings,
     write_catalogue,
 )
@@ -105,15 +105,7 @@ def _history(tmp_path: Path) -> tuple[Path, str, str]:
 
 
 async def _run(settings: Any, glas: StandInGlas, queue: httpx.AsyncBaseTransport) -> WorkerRuntime:
-    assert settings.rein_aharness_profiles is not None
-    async with open_worker(
-        settings,
-        load_catalogue(settings.rein_aharness_profiles),
-        transports=Transports(queue=queue, glas=httpx.MockTransport(glas.handler)),
-        retry=FAST,
-    ) as runtime:
-        await runtime.worker.run(once=True)
-    return runtime
+    return await run_worker_once(settings, queue, glas=httpx.MockTransport(glas.handler))
 
 
 def _settings(tmp_path: Path, repos: Repos, **overrides: Any) -> Any:
