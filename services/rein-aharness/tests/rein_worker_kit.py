@@ -12,13 +12,14 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 import httpx
@@ -51,17 +52,21 @@ __all__ = [
     "GRANT",
     "NONE_LOCAL",
     "PATH",
+    "WORKER_BIN",
     "WORKER_ID",
     "WORKER_TOKEN",
     "ActivityCore",
     "RecordingTransport",
     "Repos",
+    "ServedQueue",
     "cli_environment",
     "git",
     "ops_run",
     "restore_logging",
+    "run_command_once",
     "run_profile_once",
     "run_worker_once",
+    "serve_behind",
     "worker_settings",
     "write_catalogue",
 ]
@@ -99,6 +104,13 @@ class ActivityCore:
     async def row(self, run_id: uuid.UUID) -> asyncpg.Record:
         row: asyncpg.Record = await self.seeded.row(run_id)
         return row
+
+    async def granted_run(self, profile: str) -> uuid.UUID:
+        """Seeds an open run of `harness.<profile>@1.0.0` under GRANT: its id."""
+        run_id: uuid.UUID = await self.seeded.run(
+            harness_profile_ref=f"harness.{profile}@1.0.0", repository_grant=GRANT
+        )
+        return run_id
 
 
 def activity_core_app(dsn: str, **env: Any) -> Any:
@@ -361,11 +373,29 @@ async def run_profile_once(
     """An open run of `harness.<name>@1.0.0` under GRANT, then one turn of the worker
     against activity-core (through `transport`, else a new RecordingTransport): the run's
     id and the runtime."""
-    run_id: uuid.UUID = await activity_core.seeded.run(
-        harness_profile_ref=f"harness.{name}@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run(name)
     queue = transport or RecordingTransport(activity_core.transport())
     return run_id, await run_worker_once(settings, queue)
+
+
+async def run_command_once(
+    activity_core: ActivityCore,
+    repos: Repos,
+    tmp_path: Path,
+    name: str,
+    script: str,
+    *,
+    sandboxes: str = "",
+    transport: RecordingTransport | None = None,
+    **profile: Any,
+) -> tuple[uuid.UUID, WorkerRuntime]:
+    """run_profile_once of `command_profile(name, script, **profile)`, in the catalogue at
+    tmp_path/profiles.yaml (with `sandboxes`), under the default worker_settings."""
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml", command_profile(name, script, **profile), sandboxes=sandboxes
+    )
+    settings = worker_settings(tmp_path, repos, catalogue)
+    return await run_profile_once(activity_core, settings, name, transport)
 
 
 # -- transports --------------------------------------------------------------------------
@@ -441,6 +471,42 @@ async def served_on_loopback(app: Any) -> AsyncIterator[str]:
         server.should_exit = True
         await task
         sock.close()
+
+
+WORKER_BIN = Path(sys.executable).parent / "rein-aharness"  # the venv's console script
+
+
+class Holding(Protocol):
+    """ASGI middleware in front of activity-core that may hold requests until `release`."""
+
+    release: asyncio.Event
+
+
+Middleware = TypeVar("Middleware", bound=Holding)
+
+
+@dataclass
+class ServedQueue(Generic[Middleware]):
+    """activity-core served on loopback at `url` behind `middleware`, and its queue."""
+
+    url: str
+    middleware: Middleware
+    seeded: SeededQueue
+
+
+@asynccontextmanager
+async def serve_behind(
+    middleware: Callable[[Any], Middleware], db_dsn: str, db: asyncpg.Connection
+) -> AsyncIterator[ServedQueue[Middleware]]:
+    """activity-core on `db_dsn`, wrapped in `middleware(app)`, served by uvicorn on an
+    ephemeral loopback port until the block ends."""
+    wrapped = middleware(activity_core_app(db_dsn))
+    async with served_on_loopback(wrapped) as url:
+        try:
+            yield ServedQueue(url, wrapped, SeededQueue(db))
+        finally:
+            # a held request let go first, or the server's shutdown waits for it
+            wrapped.release.set()
 
 
 def worker_process_env(

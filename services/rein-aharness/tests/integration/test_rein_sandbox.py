@@ -35,7 +35,6 @@ from rein_aharness.sandbox.process import Sandbox, SandboxUnavailable
 from rein_worker_kit import (
     BWRAP,
     BWRAP_LOCAL,
-    GRANT,
     NONE_LOCAL,
     PATH,
     UNCONFINED,
@@ -47,6 +46,7 @@ from rein_worker_kit import (
     git,
     outbox,
     processes_of_run,
+    run_command_once,
     run_profile_once,
     run_worker_once,
     worker_settings,
@@ -707,12 +707,10 @@ async def test_none_local_without_the_opt_in_is_refused_before_a_worktree_exists
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repo = repos.make()
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml", command_profile("dev", "touch ran", sandbox=UNCONFINED)
-    )
-    settings = worker_settings(tmp_path, repos, catalogue)
     transport = RecordingTransport(activity_core.transport())
-    run_id, _ = await run_profile_once(activity_core, settings, "dev", transport)
+    run_id, _ = await run_command_once(
+        activity_core, repos, tmp_path, "dev", "touch ran", sandbox=UNCONFINED, transport=transport
+    )
     row = await activity_core.row(run_id)
     assert row["state"] == "failed"
     assert "REIN_AHARNESS_ALLOW_UNSANDBOXED" in row["last_error"]
@@ -732,9 +730,7 @@ async def test_a_worker_without_a_usable_sandbox_claims_nothing_and_says_why(
     settings = worker_settings(
         tmp_path, repos, catalogue, rein_aharness_bwrap=_failing_bwrap(tmp_path)
     )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     with caplog.at_level(logging.ERROR):
         runtime = await run_worker_once(settings, transport)

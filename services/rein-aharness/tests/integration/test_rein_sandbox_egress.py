@@ -25,17 +25,7 @@ from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.worker.metrics import WorkerMetrics
-from rein_worker_kit import (
-    BWRAP,
-    PATH,
-    ActivityCore,
-    Repos,
-    command_profile,
-    git,
-    run_profile_once,
-    worker_settings,
-    write_catalogue,
-)
+from rein_worker_kit import BWRAP, PATH, ActivityCore, Repos, git, run_command_once
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -260,14 +250,16 @@ async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
             f'    network: {{allow: ["127.0.0.1:{http_port}"]}}\n'
         )
         script = _ATTACK.replace("@HTTP@", str(http_port)).replace("@ABSTRACT@", abstract)
-        catalogue = write_catalogue(
-            tmp_path / "profiles.yaml",
-            command_profile("egress", script, sandbox="profile.egress"),
+        before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
+        run_id, runtime = await run_command_once(
+            activity_core,
+            repos,
+            tmp_path,
+            "egress",
+            script,
+            sandbox="profile.egress",
             sandboxes=sandboxes,
         )
-        settings = worker_settings(tmp_path, repos, catalogue)
-        before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
-        run_id, runtime = await run_profile_once(activity_core, settings, "egress")
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     row = dict(await activity_core.row(run_id))

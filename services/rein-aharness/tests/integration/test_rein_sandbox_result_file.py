@@ -21,17 +21,7 @@ from rein_aharness.sandbox.result_file import (
     make_report_dir,
     read_report,
 )
-from rein_worker_kit import (
-    BWRAP,
-    BWRAP_LOCAL,
-    ActivityCore,
-    Repos,
-    command_profile,
-    git,
-    run_profile_once,
-    worker_settings,
-    write_catalogue,
-)
+from rein_worker_kit import BWRAP, BWRAP_LOCAL, ActivityCore, Repos, git, run_command_once
 
 ENV = {"PATH": "/usr/bin:/bin", "REIN_RESULT_FILE": str(RESULT_FILE)}
 ALL = frozenset({"resolved_model", "tokens_spent", "tool_events_count"})
@@ -134,9 +124,7 @@ async def test_another_attempts_result_directory_is_not_visible(
         "ls /rein >> briefs/result.md; "
         "git add briefs && git commit -qm result"
     )
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("probe", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
-    await run_profile_once(activity_core, settings, "probe")
+    await run_command_once(activity_core, repos, tmp_path, "probe", script)
     [ref] = Repos.landings(repo)
     landed = git(repo, "show", f"{ref}:briefs/result.md")
     assert "result.json" not in landed
@@ -152,9 +140,7 @@ async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_at
         "chmod 000 /rein/report/a/b /rein/report/a && chmod 500 /rein/report; "
         "echo x > briefs/x.md && git add briefs && git commit -qm result"
     )
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("lock", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id, runtime = await run_profile_once(activity_core, settings, "lock")
+    run_id, runtime = await run_command_once(activity_core, repos, tmp_path, "lock", script)
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     assert (await activity_core.row(run_id))["state"] == "succeeded"

@@ -145,9 +145,7 @@ async def test_pending_closes_are_replayed_before_anything_is_claimed(
     repos.make()
     settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
     earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    later = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    later = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     await run_worker_once(settings, transport)
@@ -164,9 +162,7 @@ async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining
     repos.make()
     settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
     earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    waiting = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    waiting = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     async def unreachable(request: httpx.Request) -> httpx.Response | None:
@@ -202,9 +198,7 @@ async def test_a_refused_heartbeat_cancels_the_execution_and_closes_nothing(
         command_profile("slow", f"echo started; sleep 20; touch {late}"),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("slow")
     transport = RecordingTransport(activity_core.transport())
 
     async def lease_ends_first(request: httpx.Request) -> httpx.Response | None:
@@ -240,9 +234,7 @@ async def test_heartbeats_keep_a_long_run_alive(
         ),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.steady@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("steady")
     transport = RecordingTransport(activity_core.transport())
 
     await run_worker_once(settings, transport)
@@ -263,9 +255,7 @@ async def test_a_claim_that_took_most_of_its_lease_is_renewed_before_anything_ex
         command_profile("quick", "echo x > briefs/quick.md; git add -A; git commit -qm quick"),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.quick@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("quick")
     transport = RecordingTransport(activity_core.transport())
 
     async def long_poll(request: httpx.Request) -> httpx.Response | None:
@@ -430,9 +420,7 @@ async def test_work_outside_the_grant_is_rejected_and_discarded(
         tmp_path / "profiles.yaml", command_profile("work", script, sandbox=sandbox)
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.work@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("work")
 
     await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
@@ -468,9 +456,7 @@ async def test_nothing_can_be_pushed_even_to_a_local_remote(
         tmp_path / "profiles.yaml", command_profile("push", script, sandbox=UNCONFINED)
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.push@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("push")
 
     await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
@@ -567,9 +553,7 @@ async def test_a_lost_complete_response_is_replayed_to_reconciled(
 ) -> None:
     repo = repos.make()
     settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     applied: list[str] = []
 
@@ -624,9 +608,7 @@ async def test_a_stop_request_abandons_a_run_that_outlasts_the_grace_period(
         tmp_path / "profiles.yaml", command_profile("slow", "touch started; sleep 20")
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_shutdown_grace_seconds=0.2)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("slow")
     transport = RecordingTransport(activity_core.transport())
     stop = anyio.Event()
 
@@ -710,9 +692,7 @@ async def test_a_timed_out_command_fails_the_run_with_reopen(
         command_profile("hang", f"echo x > briefs/x.md && {_COMMIT} && sleep 10", timeout_s=0.5),
     )
     settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.hang@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("hang")
 
     runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
@@ -736,9 +716,7 @@ async def test_command_output_never_reaches_the_result_or_the_outbox(
         ),
     )
     settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.chatty@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("chatty")
 
     await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 

@@ -271,9 +271,7 @@ async def test_an_entry_of_another_worker_identity_is_quarantined_and_the_worker
         action="complete",
         result={"ok": True, "target_repo": "research/briefs", "committed": False},
     )
-    work = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    work = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.WARNING, logger="rein_aharness"):
@@ -330,9 +328,7 @@ async def test_refused_credentials_of_its_own_identity_stop_the_pass_and_every_c
         action="complete",
         result={"ok": True},
     )
-    waiting = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    waiting = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.WARNING, logger="rein_aharness"):

@@ -122,10 +122,7 @@ def _settings(tmp_path: Path, repos: Repos, **overrides: Any) -> Any:
 
 
 async def _seed(activity_core: ActivityCore) -> uuid.UUID:
-    run_id: uuid.UUID = await activity_core.seeded.run(
-        harness_profile_ref="harness.remote@1.0.0", repository_grant=GRANT
-    )
-    return run_id
+    return await activity_core.granted_run("remote")
 
 
 def _bundles(tmp_path: Path) -> list[Path]:

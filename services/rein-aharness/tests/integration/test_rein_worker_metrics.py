@@ -363,9 +363,7 @@ async def test_a_sandbox_failing_during_a_run_is_counted_and_the_worker_stops_cl
         rein_aharness_metrics_address="127.0.0.1:0",
         rein_aharness_bwrap=flaky,
     )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("brief")
 
     def reopened_and_then_held_back(text: str) -> bool:
         skipped = _by(text, "ops_worker_turns_skipped_total", "reason")
