@@ -7,6 +7,7 @@ activity-core is imported here, from tests only; rein_aharness itself never impo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -58,11 +59,14 @@ __all__ = [
     "ActivityCore",
     "RecordingTransport",
     "Repos",
+    "RunCommand",
     "ServedQueue",
     "cli_environment",
     "git",
+    "glas_evidence",
     "ops_run",
     "restore_logging",
+    "run_command",
     "run_command_once",
     "run_profile_once",
     "run_worker_once",
@@ -111,6 +115,17 @@ class ActivityCore:
             harness_profile_ref=f"harness.{profile}@1.0.0", repository_grant=GRANT
         )
         return run_id
+
+    async def claim_as_worker(self, *labels: str) -> list[dict[str, Any]]:
+        """The runs WORKER_ID claims from `labels` (as the worker does, before a crash)."""
+        async with httpx.AsyncClient(transport=self.transport(), base_url=AC_BASE) as http:
+            claimed = await http.post(
+                "/ops-runs/claim",
+                json={"worker_id": WORKER_ID, "labels": list(labels)},
+                headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
+            )
+        runs: list[dict[str, Any]] = claimed.json()["runs"]
+        return runs
 
 
 def activity_core_app(dsn: str, **env: Any) -> Any:
@@ -323,8 +338,12 @@ def processes_of_run(run_id: str | uuid.UUID) -> list[int]:
 
 
 def worker_settings(
-    tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any
+    tmp_path: Path, repos: Repos, catalogue: Path | None = None, **overrides: Any
 ) -> ReinAharnessSettings:
+    """The worker's settings for a test: against activity-core in process, state in
+    tmp_path/state, `catalogue` (else the default one, written at tmp_path/profiles.yaml)."""
+    if catalogue is None:
+        catalogue = write_catalogue(tmp_path / "profiles.yaml")
     values: dict[str, Any] = {
         "activity_core_url": AC_BASE,
         "activity_core_worker_token": WORKER_TOKEN,
@@ -396,6 +415,30 @@ async def run_command_once(
     )
     settings = worker_settings(tmp_path, repos, catalogue)
     return await run_profile_once(activity_core, settings, name, transport)
+
+
+RunCommand = Callable[..., Awaitable[tuple[uuid.UUID, WorkerRuntime]]]
+
+
+@pytest.fixture
+def run_command(activity_core: ActivityCore, repos: Repos, tmp_path: Path) -> RunCommand:
+    """run_command_once for this test's activity-core, repositories and tmp_path:
+    `run_id, runtime = await run_command(name, script, **options)`."""
+    return functools.partial(run_command_once, activity_core, repos, tmp_path)
+
+
+def glas_evidence(request: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The evidence a remote Glas (glas 2.0.0) answers `request` with: succeeded, and
+    `fields`."""
+    return {
+        "contract_version": "1.0",
+        "request_id": request["request_id"],
+        "profile_ref": request["profile_ref"],
+        "rein_id": "glas",
+        "rein_version": "2.0.0",
+        "outcome": "succeeded",
+        **fields,
+    }
 
 
 # -- transports --------------------------------------------------------------------------

@@ -42,11 +42,11 @@ from rein_worker_kit import (
     ActivityCore,
     RecordingTransport,
     Repos,
+    RunCommand,
     command_profile,
     git,
     outbox,
     processes_of_run,
-    run_command_once,
     run_profile_once,
     run_worker_once,
     worker_settings,
@@ -704,13 +704,11 @@ async def test_an_unconfined_run_reports_none(repos: Repos, attack: Attack) -> N
 
 
 async def test_none_local_without_the_opt_in_is_refused_before_a_worktree_exists(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repo = repos.make()
     transport = RecordingTransport(activity_core.transport())
-    run_id, _ = await run_command_once(
-        activity_core, repos, tmp_path, "dev", "touch ran", sandbox=UNCONFINED, transport=transport
-    )
+    run_id, _ = await run_command("dev", "touch ran", sandbox=UNCONFINED, transport=transport)
     row = await activity_core.row(run_id)
     assert row["state"] == "failed"
     assert "REIN_AHARNESS_ALLOW_UNSANDBOXED" in row["last_error"]
@@ -726,10 +724,7 @@ async def test_a_worker_without_a_usable_sandbox_claims_nothing_and_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     repos.make()
-    catalogue = write_catalogue(tmp_path / "profiles.yaml")
-    settings = worker_settings(
-        tmp_path, repos, catalogue, rein_aharness_bwrap=_failing_bwrap(tmp_path)
-    )
+    settings = worker_settings(tmp_path, repos, rein_aharness_bwrap=_failing_bwrap(tmp_path))
     run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     with caplog.at_level(logging.ERROR):
@@ -758,9 +753,7 @@ async def test_a_sandbox_failing_during_a_run_fails_the_attempt_reopened_and_clo
     )
     flaky.chmod(0o755)
     refs_before = Repos.refs(repo)
-    settings = worker_settings(
-        tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), rein_aharness_bwrap=flaky
-    )
+    settings = worker_settings(tmp_path, repos, rein_aharness_bwrap=flaky)
     run_id, runtime = await run_profile_once(activity_core, settings, "brief")
     row = await activity_core.row(run_id)
     assert (row["state"], row["attempt"]) == ("open", 1)  # reopened: nothing of it ran

@@ -25,7 +25,7 @@ from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.worker.metrics import WorkerMetrics
-from rein_worker_kit import BWRAP, PATH, ActivityCore, Repos, git, run_command_once
+from rein_worker_kit import BWRAP, PATH, ActivityCore, Repos, RunCommand, git
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -235,7 +235,7 @@ git add briefs && git commit -qm result
 
 
 async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, run_command: RunCommand
 ) -> None:
     repo = repos.make()
     abstract = f"rein-test-{os.getpid()}"
@@ -251,14 +251,8 @@ async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
         )
         script = _ATTACK.replace("@HTTP@", str(http_port)).replace("@ABSTRACT@", abstract)
         before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
-        run_id, runtime = await run_command_once(
-            activity_core,
-            repos,
-            tmp_path,
-            "egress",
-            script,
-            sandbox="profile.egress",
-            sandboxes=sandboxes,
+        run_id, runtime = await run_command(
+            "egress", script, sandbox="profile.egress", sandboxes=sandboxes
         )
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"

@@ -21,7 +21,7 @@ from rein_aharness.sandbox.result_file import (
     make_report_dir,
     read_report,
 )
-from rein_worker_kit import BWRAP, BWRAP_LOCAL, ActivityCore, Repos, git, run_command_once
+from rein_worker_kit import BWRAP, BWRAP_LOCAL, ActivityCore, Repos, RunCommand, git
 
 ENV = {"PATH": "/usr/bin:/bin", "REIN_RESULT_FILE": str(RESULT_FILE)}
 ALL = frozenset({"resolved_model", "tokens_spent", "tool_events_count"})
@@ -114,7 +114,7 @@ def test_nesting_at_the_bound_is_read_and_one_deeper_is_refused(tmp_path: Path) 
 
 
 async def test_another_attempts_result_directory_is_not_visible(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, run_command: RunCommand
 ) -> None:
     """Each attempt binds only its own directory; the approach finds no other report and
     the worker state (where other attempts' scratch lives) is not in the sandbox."""
@@ -124,7 +124,7 @@ async def test_another_attempts_result_directory_is_not_visible(
         "ls /rein >> briefs/result.md; "
         "git add briefs && git commit -qm result"
     )
-    await run_command_once(activity_core, repos, tmp_path, "probe", script)
+    await run_command("probe", script)
     [ref] = Repos.landings(repo)
     landed = git(repo, "show", f"{ref}:briefs/result.md")
     assert "result.json" not in landed
@@ -132,7 +132,7 @@ async def test_another_attempts_result_directory_is_not_visible(
 
 
 async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_attempt(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repos.make()
     script = (
@@ -140,7 +140,7 @@ async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_at
         "chmod 000 /rein/report/a/b /rein/report/a && chmod 500 /rein/report; "
         "echo x > briefs/x.md && git add briefs && git commit -qm result"
     )
-    run_id, runtime = await run_command_once(activity_core, repos, tmp_path, "lock", script)
+    run_id, runtime = await run_command("lock", script)
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     assert (await activity_core.row(run_id))["state"] == "succeeded"

@@ -22,12 +22,13 @@ from rein_worker_kit import (
     GRANT,
     UNCONFINED,
     WORKER_ID,
-    WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
+    RunCommand,
     command_profile,
     git,
+    glas_evidence,
     outbox,
     run_worker_once,
     started_in_a_worktree,
@@ -57,7 +58,7 @@ async def test_brief_run_completes_inside_the_grant_and_lands_on_its_branch(
         repository_grant=GRANT,
         execution_refs={"correlation_id": "corr-1", "goal_refs": ["goal-1"]},
     )
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.INFO, logger="rein_aharness.events"):
@@ -119,15 +120,8 @@ async def _claimed_with_pending_close(
 ) -> tuple[uuid.UUID, OutboxStore]:
     """A run this worker holds, whose completion waits in the outbox (as after a crash)."""
     run_id = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
-    async with httpx.AsyncClient(
-        transport=activity_core.transport(), base_url="http://ac.test"
-    ) as http:
-        claimed = await http.post(
-            "/ops-runs/claim",
-            json={"worker_id": WORKER_ID, "labels": ["earlier"]},
-            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
-        )
-    assert [run["id"] for run in claimed.json()["runs"]] == [str(run_id)]
+    claimed = await activity_core.claim_as_worker("earlier")
+    assert [run["id"] for run in claimed] == [str(run_id)]
     store = outbox(settings)
     store.enqueue_close(
         run_id=str(run_id),
@@ -143,7 +137,7 @@ async def test_pending_closes_are_replayed_before_anything_is_claimed(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     earlier, store = await _claimed_with_pending_close(activity_core, settings)
     later = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
@@ -160,7 +154,7 @@ async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     earlier, store = await _claimed_with_pending_close(activity_core, settings)
     waiting = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
@@ -532,7 +526,7 @@ async def test_a_profile_absent_row_without_a_table_entry_is_failed_directly(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     run_id = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="unknown")
 
     runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
@@ -552,7 +546,7 @@ async def test_a_lost_complete_response_is_replayed_to_reconciled(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repo = repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     applied: list[str] = []
@@ -647,7 +641,6 @@ async def test_completion_events_are_posted_to_the_configured_sink(
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         rein_aharness_event_sink_url="http://events.test/hooks/ops",
     )
     run_id = await activity_core.seeded.run(
@@ -683,18 +676,13 @@ async def test_completion_events_are_posted_to_the_configured_sink(
 
 
 async def test_a_timed_out_command_fails_the_run_with_reopen(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile("hang", f"echo x > briefs/x.md && {_COMMIT} && sleep 10", timeout_s=0.5),
+    run_id, runtime = await run_command(
+        "hang", f"echo x > briefs/x.md && {_COMMIT} && sleep 10", timeout_s=0.5
     )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.granted_run("hang")
-
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.disposition == "reopened"
@@ -705,20 +693,12 @@ async def test_a_timed_out_command_fails_the_run_with_reopen(
 
 
 async def test_command_output_never_reaches_the_result_or_the_outbox(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repos.make()
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile(
-            "chatty",
-            f"echo SECRET-OUTPUT; echo SECRET-ERROR >&2; echo x > briefs/x.md && {_COMMIT}",
-        ),
+    run_id, _ = await run_command(
+        "chatty", f"echo SECRET-OUTPUT; echo SECRET-ERROR >&2; echo x > briefs/x.md && {_COMMIT}"
     )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.granted_run("chatty")
-
-    await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
     row = await activity_core.row(run_id)
     assert row["state"] == "succeeded"
@@ -749,16 +729,9 @@ async def test_a_remote_glas_gateway_executes_the_profiled_request(
             200,
             json={
                 "ok": True,
-                "evidence": {
-                    "contract_version": "1.0",
-                    "request_id": body["request_id"],
-                    "profile_ref": body["profile_ref"],
-                    "rein_id": "glas",
-                    "rein_version": "2.0.0",
-                    "resolved_model": "claude-sonnet-4-6",
-                    "outcome": "succeeded",
-                    "tokens_spent": 321,
-                },
+                "evidence": glas_evidence(
+                    body, resolved_model="claude-sonnet-4-6", tokens_spent=321
+                ),
                 "target_repo": "research/briefs",
                 "tool_output": "dropped",
             },

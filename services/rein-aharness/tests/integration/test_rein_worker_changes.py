@@ -23,7 +23,6 @@ from rein_worker_kit import (
     git,
     run_worker_once,
     worker_settings,
-    write_catalogue,
 )
 
 
@@ -41,7 +40,6 @@ async def test_a_bundle_over_the_bound_is_rejected_work_and_nothing_lands(
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         rein_aharness_changes_max_bytes=64,
     )
 
@@ -63,7 +61,7 @@ async def test_a_granted_run_hands_its_changes_over_before_its_close(
 ) -> None:
     repo = repos.make()
     run_id = await activity_core.granted_run("brief")
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     transport = RecordingTransport(activity_core.transport())
 
     runtime = await run_worker_once(settings, transport)

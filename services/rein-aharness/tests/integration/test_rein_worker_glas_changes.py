@@ -32,6 +32,7 @@ from rein_worker_kit import (
     RecordingTransport,
     Repos,
     command_profile,
+    glas_evidence,
     outbox,
     run_worker_once,
     worker_settings,
@@ -68,15 +69,7 @@ class StandInGlas:
             200,
             json={
                 "ok": True,
-                "evidence": {
-                    "contract_version": "1.0",
-                    "request_id": body["request_id"],
-                    "profile_ref": body["profile_ref"],
-                    "rein_id": "glas",
-                    "rein_version": "2.0.0",
-                    "outcome": "succeeded",
-                    "head_after": self.head,
-                },
+                "evidence": glas_evidence(body, head_after=self.head),
                 "repository_transaction": {
                     "transaction_id": f"rtx-{run_id}.{body['run']['attempt']}",
                     "baseline_digest": self.result_baseline,
