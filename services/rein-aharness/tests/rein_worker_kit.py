@@ -53,6 +53,7 @@ __all__ = [
     "GRANT",
     "NONE_LOCAL",
     "PATH",
+    "UNCOMMITTED",
     "WORKER_BIN",
     "WORKER_ID",
     "WORKER_TOKEN",
@@ -65,6 +66,7 @@ __all__ = [
     "git",
     "glas_evidence",
     "ops_run",
+    "pending_complete",
     "restore_logging",
     "run_command",
     "run_command_once",
@@ -362,6 +364,31 @@ def worker_settings(
 def outbox(settings: ReinAharnessSettings) -> OutboxStore:
     assert settings.rein_aharness_state_dir is not None
     return OutboxStore(resolve_outbox_root(settings.rein_aharness_state_dir))
+
+
+# What a brief run's complete carries when it committed nothing.
+UNCOMMITTED: dict[str, Any] = {"ok": True, "target_repo": "research/briefs", "committed": False}
+
+
+def pending_complete(
+    store: OutboxStore,
+    run_id: object,
+    *,
+    worker_id: str = WORKER_ID,
+    result: dict[str, Any] | None = None,
+    **fields: Any,
+) -> str:
+    """The complete of `run_id`'s first attempt (transaction rtx-<run_id>.1, `result`,
+    else UNCOMMITTED), recorded by `worker_id` in `store` and left pending there, as after
+    a crash: its key."""
+    return store.enqueue_close(
+        run_id=str(run_id),
+        transaction_id=f"rtx-{run_id}.1",
+        worker_id=worker_id,
+        action="complete",
+        result=dict(UNCOMMITTED) if result is None else result,
+        **fields,
+    ).record.key
 
 
 async def run_worker_once(

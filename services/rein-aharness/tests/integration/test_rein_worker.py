@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,12 @@ from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore
 from rein_aharness.profiles import load_catalogue
+from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, open_worker
 from rein_worker_kit import (
     FAST,
     GRANT,
     UNCONFINED,
-    WORKER_ID,
     ActivityCore,
     RecordingTransport,
     Repos,
@@ -30,6 +31,7 @@ from rein_worker_kit import (
     git,
     glas_evidence,
     outbox,
+    pending_complete,
     run_worker_once,
     started_in_a_worktree,
     worker_settings,
@@ -115,49 +117,50 @@ async def test_brief_run_completes_inside_the_grant_and_lands_on_its_branch(
 # -- replay before claim -------------------------------------------------------------------
 
 
-async def _claimed_with_pending_close(
-    activity_core: ActivityCore, settings: Any
-) -> tuple[uuid.UUID, OutboxStore]:
-    """A run this worker holds, whose completion waits in the outbox (as after a crash)."""
-    run_id = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
+@dataclass
+class Backlog:
+    """A worker's state after a crash: `earlier` is claimed by it, its complete pending
+    in `store`; `later` is open. `transport` is the worker's, to activity-core."""
+
+    settings: ReinAharnessSettings
+    store: OutboxStore
+    earlier: uuid.UUID
+    later: uuid.UUID
+    transport: RecordingTransport
+
+
+@pytest.fixture
+async def backlog(activity_core: ActivityCore, repos: Repos, tmp_path: Path) -> Backlog:
+    repos.make()
+    settings = worker_settings(tmp_path, repos)
+    earlier = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
     claimed = await activity_core.claim_as_worker("earlier")
-    assert [run["id"] for run in claimed] == [str(run_id)]
+    assert [run["id"] for run in claimed] == [str(earlier)]
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-    )
-    return run_id, store
+    pending_complete(store, earlier)
+    later = await activity_core.granted_run("brief")
+    transport = RecordingTransport(activity_core.transport())
+    return Backlog(settings, store, earlier, later, transport)
 
 
 async def test_pending_closes_are_replayed_before_anything_is_claimed(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, backlog: Backlog
 ) -> None:
-    repos.make()
-    settings = worker_settings(tmp_path, repos)
-    earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    later = await activity_core.granted_run("brief")
-    transport = RecordingTransport(activity_core.transport())
+    transport = backlog.transport
 
-    await run_worker_once(settings, transport)
+    await run_worker_once(backlog.settings, transport)
 
+    earlier = backlog.earlier
     assert transport.calls[:2] == [f"POST /ops-runs/{earlier}/complete", "POST /ops-runs/claim"]
     assert (await activity_core.row(earlier))["state"] == "succeeded"
-    assert (await activity_core.row(later))["state"] == "succeeded"
-    assert store.snapshot().pending == ()
+    assert (await activity_core.row(backlog.later))["state"] == "succeeded"
+    assert backlog.store.snapshot().pending == ()
 
 
 async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, backlog: Backlog
 ) -> None:
-    repos.make()
-    settings = worker_settings(tmp_path, repos)
-    earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    waiting = await activity_core.granted_run("brief")
-    transport = RecordingTransport(activity_core.transport())
+    transport = backlog.transport
 
     async def unreachable(request: httpx.Request) -> httpx.Response | None:
         if request.url.path.endswith("/complete"):
@@ -165,17 +168,17 @@ async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining
         return None
 
     transport.before = unreachable
-    await run_worker_once(settings, transport)
+    await run_worker_once(backlog.settings, transport)
 
     assert transport.paths("/claim") == []
     assert len(transport.paths("/complete")) == 2  # the bounded retry, then the pass stops
-    [pending] = store.snapshot().pending
+    [pending] = backlog.store.snapshot().pending
     assert (pending.run_id, pending.attempts, pending.last_failure_class) == (
-        str(earlier),
+        str(backlog.earlier),
         1,
         "QueueTransportError",
     )
-    assert (await activity_core.row(waiting))["state"] == "open"
+    assert (await activity_core.row(backlog.later))["state"] == "open"
 
 
 # -- heartbeats ------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from rein_worker_kit import (
     Repos,
     command_profile,
     outbox,
+    pending_complete,
     run_worker_once,
     worker_settings,
     write_catalogue,
@@ -203,14 +204,7 @@ async def test_a_close_of_an_attempt_no_longer_current_is_fenced_off_and_quarant
     held = await activity_core.row(run_id)
     assert (held["attempt"], held["claim_owner"]) == (2, WORKER_ID)
     store = outbox(settings)
-    key = store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-        attempt=1,
-    ).record.key
+    key = pending_complete(store, run_id, attempt=1)
     if written_by == "the-previous-version":
         _as_previous_version(store, key)
     transport = RecordingTransport(activity_core.transport())
@@ -254,13 +248,7 @@ async def test_an_entry_of_another_worker_identity_is_quarantined_and_the_worker
         attempt=1,
     )
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(stranded),
-        transaction_id=f"rtx-{stranded}.1",
-        worker_id=OTHER_WORKER,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-    )
+    pending_complete(store, stranded, worker_id=OTHER_WORKER)
     work = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
@@ -310,13 +298,7 @@ async def test_refused_credentials_of_its_own_identity_stop_the_pass_and_every_c
     )
     run_id = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True},
-    )
+    pending_complete(store, run_id, result={"ok": True})
     waiting = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 

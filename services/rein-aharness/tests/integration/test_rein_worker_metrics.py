@@ -39,12 +39,12 @@ from rein_aharness.worker.metrics import (
 from rein_worker_kit import (
     FAST,
     GRANT,
-    WORKER_ID,
     ActivityCore,
     RecordingTransport,
     Repos,
     command_profile,
     outbox,
+    pending_complete,
     run_worker_once,
     worker_settings,
     write_catalogue,
@@ -399,16 +399,7 @@ async def test_a_close_left_pending_and_delivered_by_a_later_replay_is_counted(
     settings = worker_settings(tmp_path, repos)
     await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
     [run] = await activity_core.claim_as_worker("earlier")
-    outbox(settings).enqueue_close(
-        run_id=run["id"],
-        transaction_id=f"rtx-{run['id']}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True},
-        error=None,
-        reopen=False,
-        attempt=run["attempt"],
-    )
+    pending_complete(outbox(settings), run["id"], result={"ok": True}, attempt=run["attempt"])
 
     runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
