@@ -16,6 +16,7 @@ from rein_worker_kit import (  # noqa: F401  (fixtures for the worker tests)
     activity_core,
     repos,
     restore_logging,
+    run_command,
 )
 
 TXN = "txn-0001"

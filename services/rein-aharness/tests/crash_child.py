@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,19 @@ from rein_aharness.outbox import ConclusiveRefusalError, OutboxStore, durable, r
 from rein_aharness.outbox.record import OutboxRecord
 
 OS_TARGETS = ("fsync", "replace", "rename", "unlink")
+
+
+def enqueue_three(store: OutboxStore) -> Iterator[str]:
+    """Enqueues the three closes of the `enqueue` mode (the replay modes' seed), yielding
+    each key once its enqueue has returned."""
+    for index in range(3):
+        yield store.enqueue_close(
+            run_id=f"run-{index}",
+            transaction_id="txn",
+            worker_id="rein-aharness@crash",
+            action="complete",
+            result={"ok": True, "path": f"briefs/{index}.md"},
+        ).record.key
 
 
 def main() -> None:
@@ -78,15 +92,8 @@ def main() -> None:
         return CloseDisposition.applied
 
     if mode == "enqueue":
-        for index in range(3):
-            result = store.enqueue_close(
-                run_id=f"run-{index}",
-                transaction_id="txn",
-                worker_id="rein-aharness@crash",
-                action="complete",
-                result={"ok": True, "path": f"briefs/{index}.md"},
-            )
-            print(result.record.key, flush=True)
+        for key in enqueue_three(store):
+            print(key, flush=True)
     else:
         anyio.run(
             lambda: replay_pending(

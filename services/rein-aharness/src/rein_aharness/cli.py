@@ -16,7 +16,7 @@ import argparse
 import importlib.metadata
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
@@ -45,7 +45,13 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Raises instead of exiting, so main() decides the exit code and stays testable."""
+    """Raises instead of exiting, so main() decides the exit code and stays testable.
+    Every command's help ends with the exit codes, laid out as written."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODE_HELP)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(**kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{self.prog}: {message}")
@@ -79,10 +85,7 @@ def _labels(text: str) -> tuple[str, ...]:
 
 def _parser() -> _Parser:
     parser = _Parser(
-        prog=_PROG,
-        description="The rein-aharness worker and its close-outbox operator controls.",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=_PROG, description="The rein-aharness worker and its close-outbox operator controls."
     )
     parser.add_argument(
         "--version",
@@ -92,12 +95,7 @@ def _parser() -> _Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    run = commands.add_parser(
-        "run",
-        help="the worker loop: replay closes, claim, execute, close",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    run = commands.add_parser("run", help="the worker loop: replay closes, claim, execute, close")
     run.add_argument(
         "--once", action="store_true", help="one turn: replay, claim at most one run, exit"
     )
@@ -109,34 +107,18 @@ def _parser() -> _Parser:
         help="any: at least one label matches (default); all: every label",
     )
 
-    outbox = commands.add_parser(
-        "close-outbox",
-        help="inspect or replay the durable close outbox",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    outbox = commands.add_parser("close-outbox", help="inspect or replay the durable close outbox")
     actions = outbox.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
     actions.required = True
-    status = actions.add_parser(
-        "status",
-        help="counts and pending/quarantined entries",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    status = actions.add_parser("status", help="counts and pending/quarantined entries")
     status.add_argument("--json", action="store_true", help="stable JSON instead of a table")
     replay = actions.add_parser(
-        "replay",
-        help="deliver pending closes to Activity Core (closes only)",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "replay", help="deliver pending closes to Activity Core (closes only)"
     )
     replay.add_argument("--limit", type=_limit, metavar="N", help="deliver at most N entries")
     replay.add_argument("--json", action="store_true", help="stable JSON instead of a table")
     adopt = actions.add_parser(
-        "adopt",
-        help="accept a replaced outbox, or write off entries it lost, after a look",
-        epilog=EXIT_CODE_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "adopt", help="accept a replaced outbox, or write off entries it lost, after a look"
     )
     adopt.add_argument("--json", action="store_true", help="stable JSON instead of a table")
     return parser

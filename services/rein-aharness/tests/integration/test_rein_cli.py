@@ -14,6 +14,7 @@ import pytest
 import respx
 
 from ops_devsupport.processes import run_console_script
+from ops_testsupport.factories import run_projection
 from rein_aharness.cli import main
 from rein_aharness.operator.exit_codes import ExitCode
 from rein_aharness.outbox import OutboxStore
@@ -42,6 +43,20 @@ def cli_store(environment: Path) -> OutboxStore:
     return OutboxStore(environment / "close-outbox")
 
 
+Enqueue = Callable[..., str]
+
+
+@pytest.fixture
+def enqueue(cli_store: OutboxStore, make_close: Factory) -> Enqueue:
+    """`enqueue(**overrides)` puts make_close's close (with `overrides`) in the CLI's
+    outbox: its key."""
+
+    def enqueue_one(**overrides: Any) -> str:
+        return cli_store.enqueue_close(**make_close(**overrides)).record.key
+
+    return enqueue_one
+
+
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -54,8 +69,8 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str
     return code, json.loads(out)
 
 
-def _closed(projection: Callable[..., Any], disposition: str) -> httpx.Response:
-    body = {**projection(state="succeeded"), "close_disposition": disposition}
+def _closed(disposition: str) -> httpx.Response:
+    body = {**run_projection(state="succeeded"), "close_disposition": disposition}
     return httpx.Response(200, json=body)
 
 
@@ -78,9 +93,9 @@ def test_status_of_an_empty_outbox_exits_0(
 
 
 def test_status_exits_1_while_pending_and_lists_the_entry(
-    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, make_close: Factory
+    capsys: pytest.CaptureFixture[str], enqueue: Enqueue
 ) -> None:
-    key = cli_store.enqueue_close(**make_close()).record.key
+    key = enqueue()
     code, report = _json(capsys, "close-outbox", "status", "--json")
     assert code == ExitCode.PENDING
     assert int(ExitCode.PENDING) == 1
@@ -117,10 +132,8 @@ def test_status_exits_3_while_quarantined(
     assert report["entries"][0]["reason"] == "unexpected_name"
 
 
-def test_status_table_is_readable(
-    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, make_close: Factory
-) -> None:
-    cli_store.enqueue_close(**make_close())
+def test_status_table_is_readable(capsys: pytest.CaptureFixture[str], enqueue: Enqueue) -> None:
+    enqueue()
     code, out, err = _run(capsys, "close-outbox", "status")
     assert code == 1 and err == ""
     lines = out.splitlines()
@@ -141,17 +154,10 @@ def test_status_needs_no_activity_core_settings(
 # -- replay ------------------------------------------------------------------------------
 
 
-def test_replay_delivers_and_exits_0(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    projection: Callable[..., Any],
-) -> None:
-    cli_store.enqueue_close(**make_close())
+def test_replay_delivers_and_exits_0(capsys: pytest.CaptureFixture[str], enqueue: Enqueue) -> None:
+    enqueue()
     with respx.mock(base_url=BASE) as router:
-        route = router.post(f"/ops-runs/{RUN}/complete").mock(
-            return_value=_closed(projection, "reconciled")
-        )
+        route = router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_closed("reconciled"))
         code, report = _json(capsys, "close-outbox", "replay", "--json")
     assert code == 0
     assert route.calls.last.request.headers["Authorization"] == "Bearer s3cret-token"
@@ -171,18 +177,15 @@ def test_replay_delivers_and_exits_0(
 
 
 def test_replay_outage_keeps_pending_stops_early_and_exits_1(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], enqueue: Enqueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rein_aharness.adapters import queue_client
     from rein_aharness.adapters.retry import RetryPolicy
 
     fast = RetryPolicy(attempts=2, initial_wait=0, max_wait=0)
     monkeypatch.setattr(queue_client, "RetryPolicy", lambda: fast)
-    cli_store.enqueue_close(**make_close(run_id="run-a"))
-    cli_store.enqueue_close(**make_close(run_id="run-b"))
+    enqueue(run_id="run-a")
+    enqueue(run_id="run-b")
     with respx.mock(base_url=BASE) as router:
         router.post(url__regex=r".*/complete$").mock(side_effect=httpx.ConnectError("down"))
         code, report = _json(capsys, "close-outbox", "replay", "--json")
@@ -194,9 +197,9 @@ def test_replay_outage_keeps_pending_stops_early_and_exits_1(
 
 
 def test_replay_conclusive_refusal_quarantines_and_exits_3(
-    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, make_close: Factory
+    capsys: pytest.CaptureFixture[str], enqueue: Enqueue
 ) -> None:
-    cli_store.enqueue_close(**make_close())
+    enqueue()
     with respx.mock(base_url=BASE) as router:
         route = router.post(f"/ops-runs/{RUN}/complete").mock(
             return_value=httpx.Response(409, json={"code": "terminal_conflict", "detail": "x"})
@@ -213,9 +216,9 @@ def test_replay_conclusive_refusal_quarantines_and_exits_3(
 
 
 def test_replay_settles_a_close_refused_for_an_operator_cancel_and_exits_0(
-    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, make_close: Factory
+    capsys: pytest.CaptureFixture[str], cli_store: OutboxStore, enqueue: Enqueue
 ) -> None:
-    cli_store.enqueue_close(**make_close())
+    enqueue()
     detail = "the run was cancelled by operator alice"  # close_decision.py's, for a cancel
     with respx.mock(base_url=BASE) as router:
         route = router.post(f"/ops-runs/{RUN}/complete").mock(
@@ -232,24 +235,19 @@ def test_replay_settles_a_close_refused_for_an_operator_cancel_and_exits_0(
 
 
 def test_replay_sends_only_the_configured_identity_and_sets_the_others_aside(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    projection: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str], enqueue: Enqueue
 ) -> None:
     """An entry recorded under another identity would be refused (403) for this token
     alone; it must not end the pass before the configured identity's entries."""
-    cli_store.enqueue_close(**make_close(run_id="old-run", worker_id="rein-aharness@previous"))
-    cli_store.enqueue_close(**make_close())
+    enqueue(run_id="old-run", worker_id="rein-aharness@previous")
+    enqueue()
     with respx.mock(base_url=BASE, assert_all_called=False) as router:
         foreign = router.post("/ops-runs/old-run/complete").mock(
             return_value=httpx.Response(
                 403, json={"code": "worker_identity_mismatch", "detail": "x"}
             )
         )
-        own = router.post(f"/ops-runs/{RUN}/complete").mock(
-            return_value=_closed(projection, "applied")
-        )
+        own = router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_closed("applied"))
         code, report = _json(capsys, "close-outbox", "replay", "--json")
     assert (foreign.call_count, own.call_count) == (0, 1)
     assert code == ExitCode.PENDING
@@ -263,31 +261,21 @@ def test_replay_sends_only_the_configured_identity_and_sets_the_others_aside(
     )
 
 
-def test_replay_limit_bounds_the_pass(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    projection: Callable[..., Any],
-) -> None:
+def test_replay_limit_bounds_the_pass(capsys: pytest.CaptureFixture[str], enqueue: Enqueue) -> None:
     for index in range(3):
-        cli_store.enqueue_close(**make_close(run_id=f"run-{index}"))
+        enqueue(run_id=f"run-{index}")
     with respx.mock(base_url=BASE) as router:
-        router.post(url__regex=r".*/complete$").mock(return_value=_closed(projection, "applied"))
+        router.post(url__regex=r".*/complete$").mock(return_value=_closed("applied"))
         code, report = _json(capsys, "close-outbox", "replay", "--limit", "2", "--json")
     assert code == 1
     assert report["replay"]["delivered"] == 2
     assert report["counts"]["pending"] == 1
 
 
-def test_replay_table_output(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    projection: Callable[..., Any],
-) -> None:
-    cli_store.enqueue_close(**make_close())
+def test_replay_table_output(capsys: pytest.CaptureFixture[str], enqueue: Enqueue) -> None:
+    enqueue()
     with respx.mock(base_url=BASE) as router:
-        router.post(url__regex=r".*/complete$").mock(return_value=_closed(projection, "applied"))
+        router.post(url__regex=r".*/complete$").mock(return_value=_closed("applied"))
         code, out, _ = _run(capsys, "close-outbox", "replay")
     assert code == 0
     assert "replay: 1 attempted, 1 delivered" in out
@@ -420,11 +408,7 @@ def test_entry_point_never_prints_a_traceback(
 
 
 def test_replay_with_a_remote_glas_fetches_a_lost_bundle_again(
-    capsys: pytest.CaptureFixture[str],
-    cli_store: OutboxStore,
-    make_close: Factory,
-    projection: Callable[..., Any],
-    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], enqueue: Enqueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The operator's replay finds a lost bundle as the worker does: with
     REIN_AHARNESS_GLAS_URL it asks Glas again (the attempt's request id), uploads the
@@ -447,7 +431,7 @@ def test_replay_with_a_remote_glas_fetches_a_lost_bundle_again(
             "accepted_paths": ["briefs/x.md"],
         },
     }
-    cli_store.enqueue_close(**make_close(transaction_id=f"rtx-{RUN}.1", result=result, attempt=1))
+    enqueue(transaction_id=f"rtx-{RUN}.1", result=result, attempt=1)
     with respx.mock(assert_all_called=True) as router:
         fetched = router.get(f"http://glas.test/v1/requests/{RUN}.1/changes.bundle").mock(
             return_value=httpx.Response(200, content=bundle)
@@ -458,9 +442,7 @@ def test_replay_with_a_remote_glas_fetches_a_lost_bundle_again(
                 json={"run_id": RUN, "attempt": 1, "digest": digest, "size": len(bundle)},
             )
         )
-        router.post(f"{BASE}/ops-runs/{RUN}/complete").mock(
-            return_value=_closed(projection, "applied")
-        )
+        router.post(f"{BASE}/ops-runs/{RUN}/complete").mock(return_value=_closed("applied"))
         code, out, err = _run(capsys, "close-outbox", "replay", "--json")
     report = json.loads(out)
     assert code == ExitCode.CLEAN, report

@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 import yaml
 
 from rein_worker_kit import (
-    GRANT,
     ActivityCore,
     RecordingTransport,
     Repos,
@@ -100,9 +99,7 @@ async def test_the_example_agent_reports_what_its_provider_answered(
     repo = repos.make()
     with _provider() as port:
         settings = worker_settings(tmp_path, repos, _example_catalogue(tmp_path, port))
-        run_id = await activity_core.seeded.run(
-            harness_profile_ref="harness.agent-cli@1.0.0", repository_grant=GRANT
-        )
+        run_id = await activity_core.granted_run("agent-cli")
         runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"

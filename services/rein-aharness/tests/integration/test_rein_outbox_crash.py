@@ -42,6 +42,7 @@ from typing import Any
 
 import anyio
 import pytest
+from crash_child import enqueue_three
 
 from ops_contracts import CloseDisposition, RefusalCode
 from rein_aharness.outbox import ConclusiveRefusalError, OutboxStore, entry_key, replay_pending
@@ -67,18 +68,7 @@ TARGETS = ("fsync", "replace", "rename", "unlink", "syncfs")
 
 
 def _seed(root: Path) -> set[str]:
-    store = OutboxStore(root)
-    keys = set()
-    for index in range(3):
-        result = store.enqueue_close(
-            run_id=f"run-{index}",
-            transaction_id="txn",
-            worker_id="rein-aharness@crash",
-            action="complete",
-            result={"ok": True, "path": f"briefs/{index}.md"},
-        )
-        keys.add(result.record.key)
-    return keys
+    return set(enqueue_three(OutboxStore(root)))
 
 
 def _run_child(

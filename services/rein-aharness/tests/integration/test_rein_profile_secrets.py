@@ -23,17 +23,7 @@ from rein_aharness.profiles.model import CommandSpec
 from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments
 from rein_aharness.sandbox.secrets import MAX_SECRET_BYTES, LoadedSecret, secret_fds
-from rein_worker_kit import (
-    GRANT,
-    ActivityCore,
-    RecordingTransport,
-    Repos,
-    command_profile,
-    git,
-    run_worker_once,
-    worker_settings,
-    write_catalogue,
-)
+from rein_worker_kit import ActivityCore, Repos, git, run_command_once
 
 COMMIT = "git add briefs && git commit -qm result"
 
@@ -56,14 +46,9 @@ async def _run(
     failures: dict[str, float] | None = None,
 ) -> dict[str, object]:
     """The run's row; `failures` gets the worker's execution failures by reason."""
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml", command_profile(name, script, secrets=secrets)
+    run_id, runtime = await run_command_once(
+        activity_core, repos, tmp_path, name, script, secrets=secrets
     )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref=f"harness.{name}@1.0.0", repository_grant=GRANT
-    )
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
     if failures is not None:
         registry = runtime.metrics.registry
         for reason in ("secret_unavailable", "gateway_refused"):

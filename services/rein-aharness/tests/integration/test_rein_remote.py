@@ -39,6 +39,7 @@ from rein_aharness.worker import Transports, WorkerRuntime, open_worker
 from rein_worker_kit import (
     FAST,
     GRANT,
+    WORKER_BIN,
     ActivityCore,
     RecordingTransport,
     Repos,
@@ -50,8 +51,6 @@ from rein_worker_kit import (
     worker_settings,
     write_catalogue,
 )
-
-WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
 
 TARGET = "research/briefs"
 FILES = {"README.md": "# briefs\n", "briefs/.keep": ""}
@@ -213,9 +212,7 @@ async def test_the_token_reaches_no_approach_file_or_log(
     settings = _settings(
         tmp_path, repos, git_server, command_profile("search", _searching_approach(token))
     )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.search@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("search")
     with caplog.at_level(logging.DEBUG, logger="rein_aharness"):
         async with _worker(settings, activity_core) as runtime:
             await runtime.worker.run(once=True)

@@ -18,7 +18,6 @@ from ops_contracts.gateway import ResultReport, ResultReportProblem
 from ops_evidence import RESULT_REPORT, RESULT_REPORT_PROBLEMS
 from rein_aharness.profiles.model import CommandSpec
 from rein_worker_kit import (
-    GRANT,
     ActivityCore,
     RecordingTransport,
     Repos,
@@ -65,9 +64,7 @@ async def _run(
         tmp_path / "profiles.yaml", command_profile("agent", script, report=report)
     )
     settings = worker_settings(tmp_path, repos, catalogue)
-    run_id: uuid.UUID = await activity_core.seeded.run(
-        harness_profile_ref="harness.agent@1.0.0", repository_grant=GRANT
-    )
+    run_id: uuid.UUID = await activity_core.granted_run("agent")
     transport = RecordingTransport(activity_core.transport())
     await run_worker_once(settings, transport)
     row = await activity_core.row(run_id)

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -21,42 +22,37 @@ import pytest
 
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.profiles import (
-    BUILTIN_SANDBOXES,
     ProfileCatalogue,
     SandboxChoice,
     SandboxLimits,
     SandboxProfile,
 )
 from rein_aharness.repository import WorkInspection, judge
-from rein_aharness.sandbox import (
-    SandboxGate,
-    SandboxMounts,
-    probe_sandbox,
-    resolve_bwrap,
-)
+from rein_aharness.sandbox import SandboxGate, SandboxMounts, probe_sandbox
 from rein_aharness.sandbox.bwrap import SystemPaths, bwrap_arguments
 from rein_aharness.sandbox.limits import rlimits
 from rein_aharness.sandbox.process import Sandbox, SandboxUnavailable
 from rein_worker_kit import (
-    GRANT,
+    BWRAP,
+    BWRAP_LOCAL,
+    NONE_LOCAL,
+    PATH,
     UNCONFINED,
     WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
+    RunCommand,
     command_profile,
     git,
     outbox,
     processes_of_run,
+    run_profile_once,
     run_worker_once,
     worker_settings,
     write_catalogue,
 )
 
-BWRAP = resolve_bwrap(None)
-BWRAP_LOCAL = SandboxChoice("profile.bwrap-local", BUILTIN_SANDBOXES["profile.bwrap-local"])
-NONE_LOCAL = SandboxChoice("profile.none-local", BUILTIN_SANDBOXES["profile.none-local"])
-PATH = {"PATH": "/usr/bin:/bin"}
 _COMMIT_RESULT = "git add briefs && git commit -qm result"
 _SMALL_SANDBOX = (
     "sandbox_profiles:\n"
@@ -431,34 +427,42 @@ def secrets(tmp_path: Path) -> dict[str, Path]:
     return {"state": state, "credentials": credentials}
 
 
-async def _run_attack(
-    activity_core: ActivityCore,
-    repos: Repos,
-    tmp_path: Path,
-    script: str,
-    *,
-    timeout_s: float = 30,
-    sandbox: str = "profile.bwrap-local",
-    **settings_overrides: object,
-) -> dict[str, object]:
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile("attack", script, timeout_s=timeout_s, sandbox=sandbox),
-        sandboxes=_SMALL_SANDBOX,
-    )
-    settings = worker_settings(tmp_path, repos, catalogue, **settings_overrides)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.attack@1.0.0", repository_grant=GRANT
-    )
-    transport = RecordingTransport(activity_core.transport())
-    runtime = await run_worker_once(settings, transport)
-    [report] = runtime.worker.reports  # the worker's turn ended normally
-    assert report.close is not None and report.close.state == "delivered"
-    snapshot = outbox(settings).snapshot()
-    assert snapshot.pending == () and snapshot.quarantined == ()
-    assert list((tmp_path / "state" / "worktrees").iterdir()) == []
-    row = await activity_core.row(run_id)
-    return dict(row)
+Attack = Callable[..., Awaitable[dict[str, object]]]
+
+
+@pytest.fixture
+def attack(activity_core: ActivityCore, repos: Repos, tmp_path: Path) -> Attack:
+    """`attack(script, ...)` runs `script` as a profile's command through the whole worker
+    and checks the worker stayed healthy (its turn ended normally, its outbox and its
+    worktrees are clean): the run's row."""
+
+    async def run(
+        script: str,
+        *,
+        timeout_s: float = 30,
+        sandbox: str = "profile.bwrap-local",
+        **settings_overrides: object,
+    ) -> dict[str, object]:
+        catalogue = write_catalogue(
+            tmp_path / "profiles.yaml",
+            command_profile("attack", script, timeout_s=timeout_s, sandbox=sandbox),
+            sandboxes=_SMALL_SANDBOX,
+        )
+        settings = worker_settings(tmp_path, repos, catalogue, **settings_overrides)
+        run_id, runtime = await run_profile_once(activity_core, settings, "attack")
+        [report] = runtime.worker.reports  # the worker's turn ended normally
+        assert report.close is not None and report.close.state == "delivered"
+        snapshot = outbox(settings).snapshot()
+        assert snapshot.pending == () and snapshot.quarantined == ()
+        assert list((tmp_path / "state" / "worktrees").iterdir()) == []
+        row = await activity_core.row(run_id)
+        return dict(row)
+
+    return run
+
+
+# An approach outside any sandbox, which the worker runs only when told it may.
+_UNCONFINED: dict[str, object] = {"sandbox": UNCONFINED, "rein_aharness_allow_unsandboxed": True}
 
 
 def _landed(repo: Path, path: str = "briefs/result.md") -> str:
@@ -467,7 +471,7 @@ def _landed(repo: Path, path: str = "briefs/result.md") -> str:
 
 
 async def test_escape_writes_outside_the_worktree_by_absolute_path_and_dotdot(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path, secrets: dict[str, Path]
+    repos: Repos, tmp_path: Path, attack: Attack, secrets: dict[str, Path]
 ) -> None:
     repo = repos.make()
     target = tmp_path / "outside.txt"
@@ -478,7 +482,7 @@ async def test_escape_writes_outside_the_worktree_by_absolute_path_and_dotdot(
         f"(echo pwned > {repo}/README.md) 2>/dev/null; "
         f"echo tried > briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(activity_core, repos, tmp_path, script)
+    row = await attack(script)
     assert row["state"] == "succeeded"
     assert not target.exists() and not (secrets["state"] / "planted").exists()
     assert not list(tmp_path.rglob("dotdot.txt"))
@@ -487,7 +491,7 @@ async def test_escape_writes_outside_the_worktree_by_absolute_path_and_dotdot(
 
 
 async def test_escape_through_a_symlink_committed_in_the_repository(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path, secrets: dict[str, Path]
+    repos: Repos, tmp_path: Path, attack: Attack, secrets: dict[str, Path]
 ) -> None:
     repo = repos.make()
     (repo / "briefs" / "abs").symlink_to(tmp_path)
@@ -500,14 +504,14 @@ async def test_escape_through_a_symlink_committed_in_the_repository(
         "(cat briefs/abs/state/secret-marker; cat briefs/abs/credentials.env) "
         f"> briefs/result.md 2>/dev/null; echo tried >> briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(activity_core, repos, tmp_path, script)
+    row = await attack(script)
     assert row["state"] == "succeeded"
     assert not list(tmp_path.rglob("planted-*"))
     assert _landed(repo) == "tried"
 
 
 async def test_escape_reads_of_state_outbox_credentials_and_the_worker_environment(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path, secrets: dict[str, Path]
+    repos: Repos, attack: Attack, secrets: dict[str, Path]
 ) -> None:
     repo = repos.make()
     os.environ["REIN_TEST_SECRET_IN_WORKER"] = WORKER_TOKEN  # the worker process's env
@@ -518,7 +522,7 @@ async def test_escape_reads_of_state_outbox_credentials_and_the_worker_environme
             "cat /proc/*/environ; cat /proc/1/root/proc/1/environ) > briefs/result.md 2>/dev/null; "
             f"ls /proc >> briefs/result.md; echo tried >> briefs/result.md && {_COMMIT_RESULT}"
         )
-        row = await _run_attack(activity_core, repos, tmp_path, script)
+        row = await attack(script)
     finally:
         del os.environ["REIN_TEST_SECRET_IN_WORKER"]
     assert row["state"] == "succeeded"
@@ -529,7 +533,7 @@ async def test_escape_reads_of_state_outbox_credentials_and_the_worker_environme
 
 
 async def test_escape_plants_a_hook_and_changes_the_git_config(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, attack: Attack
 ) -> None:
     repo = repos.make()
     config_before = (repo / ".git" / "config").read_bytes()
@@ -543,7 +547,7 @@ async def test_escape_plants_a_hook_and_changes_the_git_config(
         "(echo /tmp/objects > $gd/objects/info/alternates) 2>/dev/null; "
         f"echo tried > briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(activity_core, repos, tmp_path, script)
+    row = await attack(script)
     assert row["state"] == "succeeded"  # contained: nothing changed, the work itself is fine
     assert (repo / ".git" / "config").read_bytes() == config_before
     assert sorted(p.name for p in (repo / ".git" / "hooks").iterdir()) == hooks_before
@@ -552,7 +556,7 @@ async def test_escape_plants_a_hook_and_changes_the_git_config(
 
 
 async def test_an_unconfined_approach_that_plants_a_hook_is_rejected(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, attack: Attack
 ) -> None:
     # Without a sandbox the write succeeds; acceptance is what refuses the run.
     repo = repos.make()
@@ -560,23 +564,14 @@ async def test_an_unconfined_approach_that_plants_a_hook_is_rejected(
         "gd=$(git rev-parse --git-common-dir); printf '#!/bin/sh\\n' > $gd/hooks/post-commit; "
         f"echo x > briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(
-        activity_core,
-        repos,
-        tmp_path,
-        script,
-        sandbox=UNCONFINED,
-        rein_aharness_allow_unsandboxed=True,
-    )
+    row = await attack(script, **_UNCONFINED)
     assert row["state"] == "failed"
     assert "changed the repository's git metadata" in str(row["last_error"])
     assert "hooks/post-commit" in str(row["last_error"])
     assert Repos.landings(repo) == {}
 
 
-async def test_escape_connects_to_a_port_on_the_loopback(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
-) -> None:
+async def test_escape_connects_to_a_port_on_the_loopback(repos: Repos, attack: Attack) -> None:
     repo = repos.make()
     accepted: list[object] = []
     with _listener(accepted) as port:
@@ -586,38 +581,34 @@ async def test_escape_connects_to_a_port_on_the_loopback(
             f"(curl -sS -m 2 http://127.0.0.1:{port}/ops-runs) >> briefs/result.md 2>&1; "
             f"echo tried >> briefs/result.md && {_COMMIT_RESULT}"
         )
-        row = await _run_attack(activity_core, repos, tmp_path, script)
+        row = await attack(script)
     assert row["state"] == "succeeded"
     assert accepted == []
     assert "refused" in _landed(repo).lower()
 
 
-async def test_escape_a_fork_bomb_is_bounded(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+@pytest.mark.parametrize(
+    ("script", "timeout_s", "status"),
+    [
+        ("b() { b | b & }; b; sleep 2; exit 3", 20, 3),
+        ("dd if=/dev/zero of=/dev/null bs=1G count=1", 30, 1),
+    ],
+    ids=["a-fork-bomb-is-bounded", "memory-past-the-bound"],
+)
+async def test_escape_past_the_small_bounds(
+    repos: Repos, attack: Attack, script: str, timeout_s: float, status: int
 ) -> None:
     repos.make()
-    row = await _run_attack(
-        activity_core,
-        repos,
-        tmp_path,
-        "b() { b | b & }; b; sleep 2; exit 3",
-        timeout_s=20,
-        sandbox="profile.small",
+    row = await attack(script, timeout_s=timeout_s, sandbox="profile.small")
+    assert (row["state"], row["last_error"]) == (
+        "failed",
+        f"the command exited with status {status}",
     )
-    assert (row["state"], row["last_error"]) == ("failed", "the command exited with status 3")
 
 
-async def test_escape_a_file_past_the_size_bound(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
-) -> None:
+async def test_escape_a_file_past_the_size_bound(repos: Repos, attack: Attack) -> None:
     repos.make()
-    row = await _run_attack(
-        activity_core,
-        repos,
-        tmp_path,
-        "head -c 2M /dev/zero > briefs/big.bin",
-        sandbox="profile.small",
-    )
+    row = await attack("head -c 2M /dev/zero > briefs/big.bin", sandbox="profile.small")
     assert row["state"] == "failed"
     assert "exited with status" in str(row["last_error"])
 
@@ -628,7 +619,7 @@ async def test_escape_a_file_past_the_size_bound(
     ids=["stopped-while-it-runs", "caught-after-it-exits"],
 )
 async def test_escape_a_worktree_grown_past_its_bound_fails_the_run(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path, then: str
+    repos: Repos, attack: Attack, then: str
 ) -> None:
     # 6 files of 1 MiB, each within file_size_mb (2), 6 MiB in all past worktree_mb (3).
     repo = repos.make()
@@ -636,9 +627,7 @@ async def test_escape_a_worktree_grown_past_its_bound_fails_the_run(
         "for i in 1 2 3 4 5 6; do head -c 1M /dev/urandom > briefs/f$i.bin; done; "
         f"{then}; echo done > briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(
-        activity_core, repos, tmp_path, script, timeout_s=60, sandbox="profile.tight"
-    )
+    row = await attack(script, timeout_s=60, sandbox="profile.tight")
     assert (row["state"], row["last_error"]) == (
         "failed",
         "the approach grew its worktree and objects by more than worktree_mb (3 MiB) of "
@@ -671,42 +660,26 @@ def test_worktree_use_counts_blocks_each_entry_and_hard_links_once(tmp_path: Pat
     assert 10_000 < used_bytes([root], 10_000) < with_data  # stops once past the limit
 
 
-async def test_escape_memory_past_the_bound(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
-) -> None:
-    repos.make()
-    row = await _run_attack(
-        activity_core,
-        repos,
-        tmp_path,
-        "dd if=/dev/zero of=/dev/null bs=1G count=1",
-        sandbox="profile.small",
-    )
-    assert (row["state"], row["last_error"]) == ("failed", "the command exited with status 1")
-
-
 async def test_escape_a_process_left_running_after_the_approach_exits(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, attack: Attack
 ) -> None:
     repo = repos.make()
     script = (
         "(sleep 2; echo late > /workspace/briefs/late.md) & "
         f"echo done > briefs/result.md && {_COMMIT_RESULT}"
     )
-    row = await _run_attack(activity_core, repos, tmp_path, script)
+    row = await attack(script)
     assert row["state"] == "succeeded"
     assert not processes_of_run(str(row["id"]))
     assert _landed(repo) == "done"
 
 
 async def test_the_happy_path_lands_exactly_as_before_and_reports_the_sandbox(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, attack: Attack
 ) -> None:
     repo = repos.make()
     refs_before = Repos.refs_outside_landings(repo)
-    row = await _run_attack(
-        activity_core, repos, tmp_path, f"echo brief > briefs/result.md && {_COMMIT_RESULT}"
-    )
+    row = await attack(f"echo brief > briefs/result.md && {_COMMIT_RESULT}")
     assert row["state"] == "succeeded"
     result = json.loads(str(row["result"])) if isinstance(row["result"], str) else row["result"]
     assert isinstance(result, dict)
@@ -718,18 +691,9 @@ async def test_the_happy_path_lands_exactly_as_before_and_reports_the_sandbox(
     git(repo, "fsck", "--no-dangling")
 
 
-async def test_an_unconfined_run_reports_none(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
-) -> None:
+async def test_an_unconfined_run_reports_none(repos: Repos, attack: Attack) -> None:
     repos.make()
-    row = await _run_attack(
-        activity_core,
-        repos,
-        tmp_path,
-        f"echo brief > briefs/result.md && {_COMMIT_RESULT}",
-        sandbox=UNCONFINED,
-        rein_aharness_allow_unsandboxed=True,
-    )
+    row = await attack(f"echo brief > briefs/result.md && {_COMMIT_RESULT}", **_UNCONFINED)
     assert row["state"] == "succeeded"
     result = row["result"]
     assert isinstance(result, dict)
@@ -740,18 +704,11 @@ async def test_an_unconfined_run_reports_none(
 
 
 async def test_none_local_without_the_opt_in_is_refused_before_a_worktree_exists(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repo = repos.make()
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml", command_profile("dev", "touch ran", sandbox=UNCONFINED)
-    )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.dev@1.0.0", repository_grant=GRANT
-    )
     transport = RecordingTransport(activity_core.transport())
-    await run_worker_once(settings, transport)
+    run_id, _ = await run_command("dev", "touch ran", sandbox=UNCONFINED, transport=transport)
     row = await activity_core.row(run_id)
     assert row["state"] == "failed"
     assert "REIN_AHARNESS_ALLOW_UNSANDBOXED" in row["last_error"]
@@ -767,13 +724,8 @@ async def test_a_worker_without_a_usable_sandbox_claims_nothing_and_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     repos.make()
-    catalogue = write_catalogue(tmp_path / "profiles.yaml")
-    settings = worker_settings(
-        tmp_path, repos, catalogue, rein_aharness_bwrap=_failing_bwrap(tmp_path)
-    )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    settings = worker_settings(tmp_path, repos, rein_aharness_bwrap=_failing_bwrap(tmp_path))
+    run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     with caplog.at_level(logging.ERROR):
         runtime = await run_worker_once(settings, transport)
@@ -801,13 +753,8 @@ async def test_a_sandbox_failing_during_a_run_fails_the_attempt_reopened_and_clo
     )
     flaky.chmod(0o755)
     refs_before = Repos.refs(repo)
-    settings = worker_settings(
-        tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), rein_aharness_bwrap=flaky
-    )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    settings = worker_settings(tmp_path, repos, rein_aharness_bwrap=flaky)
+    run_id, runtime = await run_profile_once(activity_core, settings, "brief")
     row = await activity_core.row(run_id)
     assert (row["state"], row["attempt"]) == ("open", 1)  # reopened: nothing of it ran
     assert "the sandbox could not be created: bwrap failed: bwrap: Can't mount" in row["last_error"]

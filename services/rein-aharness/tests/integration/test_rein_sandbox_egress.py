@@ -21,24 +21,11 @@ from pathlib import Path
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.profiles import SandboxChoice, SandboxProfile
 from rein_aharness.profiles.model import NetworkAllowlist
-from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
+from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.egress_log import ConnectionRecord, EgressLog
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.worker.metrics import WorkerMetrics
-from rein_worker_kit import (
-    GRANT,
-    ActivityCore,
-    RecordingTransport,
-    Repos,
-    command_profile,
-    git,
-    run_worker_once,
-    worker_settings,
-    write_catalogue,
-)
-
-BWRAP = resolve_bwrap(None)
-PATH = {"PATH": "/usr/bin:/bin"}
+from rein_worker_kit import BWRAP, PATH, ActivityCore, Repos, RunCommand, git
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -248,7 +235,7 @@ git add briefs && git commit -qm result
 
 
 async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, run_command: RunCommand
 ) -> None:
     repo = repos.make()
     abstract = f"rein-test-{os.getpid()}"
@@ -263,17 +250,10 @@ async def test_escape_through_the_proxy_socket_and_the_worker_s_other_sockets(
             f'    network: {{allow: ["127.0.0.1:{http_port}"]}}\n'
         )
         script = _ATTACK.replace("@HTTP@", str(http_port)).replace("@ABSTRACT@", abstract)
-        catalogue = write_catalogue(
-            tmp_path / "profiles.yaml",
-            command_profile("egress", script, sandbox="profile.egress"),
-            sandboxes=sandboxes,
-        )
-        settings = worker_settings(tmp_path, repos, catalogue)
-        run_id = await activity_core.seeded.run(
-            harness_profile_ref="harness.egress@1.0.0", repository_grant=GRANT
-        )
         before = set(Path(tempfile.gettempdir()).glob("rein-egress-*"))
-        runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+        run_id, runtime = await run_command(
+            "egress", script, sandbox="profile.egress", sandboxes=sandboxes
+        )
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     row = dict(await activity_core.row(run_id))

@@ -12,8 +12,7 @@ import anyio
 from ops_contracts import GatewayEvidence
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.gateway.report_evidence import with_report
-from rein_aharness.profiles import BUILTIN_SANDBOXES, SandboxChoice
-from rein_aharness.sandbox import SandboxMounts, resolve_bwrap
+from rein_aharness.sandbox import SandboxMounts
 from rein_aharness.sandbox.process import Sandbox
 from rein_aharness.sandbox.result_file import (
     MAX_REPORT_DEPTH,
@@ -22,20 +21,8 @@ from rein_aharness.sandbox.result_file import (
     make_report_dir,
     read_report,
 )
-from rein_worker_kit import (
-    GRANT,
-    ActivityCore,
-    RecordingTransport,
-    Repos,
-    command_profile,
-    git,
-    run_worker_once,
-    worker_settings,
-    write_catalogue,
-)
+from rein_worker_kit import BWRAP, BWRAP_LOCAL, ActivityCore, Repos, RunCommand, git
 
-BWRAP = resolve_bwrap(None)
-BWRAP_LOCAL = SandboxChoice("profile.bwrap-local", BUILTIN_SANDBOXES["profile.bwrap-local"])
 ENV = {"PATH": "/usr/bin:/bin", "REIN_RESULT_FILE": str(RESULT_FILE)}
 ALL = frozenset({"resolved_model", "tokens_spent", "tool_events_count"})
 
@@ -127,7 +114,7 @@ def test_nesting_at_the_bound_is_read_and_one_deeper_is_refused(tmp_path: Path) 
 
 
 async def test_another_attempts_result_directory_is_not_visible(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    repos: Repos, run_command: RunCommand
 ) -> None:
     """Each attempt binds only its own directory; the approach finds no other report and
     the worker state (where other attempts' scratch lives) is not in the sandbox."""
@@ -137,12 +124,7 @@ async def test_another_attempts_result_directory_is_not_visible(
         "ls /rein >> briefs/result.md; "
         "git add briefs && git commit -qm result"
     )
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("probe", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
-    await activity_core.seeded.run(
-        harness_profile_ref="harness.probe@1.0.0", repository_grant=GRANT
-    )
-    await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    await run_command("probe", script)
     [ref] = Repos.landings(repo)
     landed = git(repo, "show", f"{ref}:briefs/result.md")
     assert "result.json" not in landed
@@ -150,7 +132,7 @@ async def test_another_attempts_result_directory_is_not_visible(
 
 
 async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_attempt(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repos.make()
     script = (
@@ -158,12 +140,7 @@ async def test_a_locked_tree_left_in_the_result_directory_is_removed_with_the_at
         "chmod 000 /rein/report/a/b /rein/report/a && chmod 500 /rein/report; "
         "echo x > briefs/x.md && git add briefs && git commit -qm result"
     )
-    catalogue = write_catalogue(tmp_path / "profiles.yaml", command_profile("lock", script))
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.lock@1.0.0", repository_grant=GRANT
-    )
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
+    run_id, runtime = await run_command("lock", script)
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.state == "delivered"
     assert (await activity_core.row(run_id))["state"] == "succeeded"

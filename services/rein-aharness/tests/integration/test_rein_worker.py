@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +17,21 @@ from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from rein_aharness.adapters.retry import RetryPolicy
 from rein_aharness.outbox import OutboxStore
 from rein_aharness.profiles import load_catalogue
+from rein_aharness.settings import ReinAharnessSettings
 from rein_aharness.worker import Transports, open_worker
 from rein_worker_kit import (
     FAST,
     GRANT,
     UNCONFINED,
-    WORKER_ID,
-    WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
+    RunCommand,
     command_profile,
     git,
+    glas_evidence,
     outbox,
+    pending_complete,
     run_worker_once,
     started_in_a_worktree,
     worker_settings,
@@ -57,7 +60,7 @@ async def test_brief_run_completes_inside_the_grant_and_lands_on_its_branch(
         repository_grant=GRANT,
         execution_refs={"correlation_id": "corr-1", "goal_refs": ["goal-1"]},
     )
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.INFO, logger="rein_aharness.events"):
@@ -114,60 +117,50 @@ async def test_brief_run_completes_inside_the_grant_and_lands_on_its_branch(
 # -- replay before claim -------------------------------------------------------------------
 
 
-async def _claimed_with_pending_close(
-    activity_core: ActivityCore, settings: Any
-) -> tuple[uuid.UUID, OutboxStore]:
-    """A run this worker holds, whose completion waits in the outbox (as after a crash)."""
-    run_id = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
-    async with httpx.AsyncClient(
-        transport=activity_core.transport(), base_url="http://ac.test"
-    ) as http:
-        claimed = await http.post(
-            "/ops-runs/claim",
-            json={"worker_id": WORKER_ID, "labels": ["earlier"]},
-            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
-        )
-    assert [run["id"] for run in claimed.json()["runs"]] == [str(run_id)]
+@dataclass
+class Backlog:
+    """A worker's state after a crash: `earlier` is claimed by it, its complete pending
+    in `store`; `later` is open. `transport` is the worker's, to activity-core."""
+
+    settings: ReinAharnessSettings
+    store: OutboxStore
+    earlier: uuid.UUID
+    later: uuid.UUID
+    transport: RecordingTransport
+
+
+@pytest.fixture
+async def backlog(activity_core: ActivityCore, repos: Repos, tmp_path: Path) -> Backlog:
+    repos.make()
+    settings = worker_settings(tmp_path, repos)
+    earlier = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
+    claimed = await activity_core.claim_as_worker("earlier")
+    assert [run["id"] for run in claimed] == [str(earlier)]
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-    )
-    return run_id, store
+    pending_complete(store, earlier)
+    later = await activity_core.granted_run("brief")
+    transport = RecordingTransport(activity_core.transport())
+    return Backlog(settings, store, earlier, later, transport)
 
 
 async def test_pending_closes_are_replayed_before_anything_is_claimed(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, backlog: Backlog
 ) -> None:
-    repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
-    earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    later = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
-    transport = RecordingTransport(activity_core.transport())
+    transport = backlog.transport
 
-    await run_worker_once(settings, transport)
+    await run_worker_once(backlog.settings, transport)
 
+    earlier = backlog.earlier
     assert transport.calls[:2] == [f"POST /ops-runs/{earlier}/complete", "POST /ops-runs/claim"]
     assert (await activity_core.row(earlier))["state"] == "succeeded"
-    assert (await activity_core.row(later))["state"] == "succeeded"
-    assert store.snapshot().pending == ()
+    assert (await activity_core.row(backlog.later))["state"] == "succeeded"
+    assert backlog.store.snapshot().pending == ()
 
 
 async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, backlog: Backlog
 ) -> None:
-    repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
-    earlier, store = await _claimed_with_pending_close(activity_core, settings)
-    waiting = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
-    transport = RecordingTransport(activity_core.transport())
+    transport = backlog.transport
 
     async def unreachable(request: httpx.Request) -> httpx.Response | None:
         if request.url.path.endswith("/complete"):
@@ -175,17 +168,17 @@ async def test_nothing_is_claimed_while_an_outage_keeps_the_outbox_from_draining
         return None
 
     transport.before = unreachable
-    await run_worker_once(settings, transport)
+    await run_worker_once(backlog.settings, transport)
 
     assert transport.paths("/claim") == []
     assert len(transport.paths("/complete")) == 2  # the bounded retry, then the pass stops
-    [pending] = store.snapshot().pending
+    [pending] = backlog.store.snapshot().pending
     assert (pending.run_id, pending.attempts, pending.last_failure_class) == (
-        str(earlier),
+        str(backlog.earlier),
         1,
         "QueueTransportError",
     )
-    assert (await activity_core.row(waiting))["state"] == "open"
+    assert (await activity_core.row(backlog.later))["state"] == "open"
 
 
 # -- heartbeats ------------------------------------------------------------------------------
@@ -202,9 +195,7 @@ async def test_a_refused_heartbeat_cancels_the_execution_and_closes_nothing(
         command_profile("slow", f"echo started; sleep 20; touch {late}"),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("slow")
     transport = RecordingTransport(activity_core.transport())
 
     async def lease_ends_first(request: httpx.Request) -> httpx.Response | None:
@@ -240,9 +231,7 @@ async def test_heartbeats_keep_a_long_run_alive(
         ),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.steady@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("steady")
     transport = RecordingTransport(activity_core.transport())
 
     await run_worker_once(settings, transport)
@@ -263,9 +252,7 @@ async def test_a_claim_that_took_most_of_its_lease_is_renewed_before_anything_ex
         command_profile("quick", "echo x > briefs/quick.md; git add -A; git commit -qm quick"),
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_lease_seconds=3)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.quick@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("quick")
     transport = RecordingTransport(activity_core.transport())
 
     async def long_poll(request: httpx.Request) -> httpx.Response | None:
@@ -430,9 +417,7 @@ async def test_work_outside_the_grant_is_rejected_and_discarded(
         tmp_path / "profiles.yaml", command_profile("work", script, sandbox=sandbox)
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.work@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("work")
 
     await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
@@ -468,9 +453,7 @@ async def test_nothing_can_be_pushed_even_to_a_local_remote(
         tmp_path / "profiles.yaml", command_profile("push", script, sandbox=UNCONFINED)
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_allow_unsandboxed=True)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.push@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("push")
 
     await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
@@ -546,7 +529,7 @@ async def test_a_profile_absent_row_without_a_table_entry_is_failed_directly(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     run_id = await activity_core.seeded.run(harness_profile_ref=None, approach_hint="unknown")
 
     runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
@@ -566,10 +549,8 @@ async def test_a_lost_complete_response_is_replayed_to_reconciled(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repo = repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    settings = worker_settings(tmp_path, repos)
+    run_id = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
     applied: list[str] = []
 
@@ -624,9 +605,7 @@ async def test_a_stop_request_abandons_a_run_that_outlasts_the_grace_period(
         tmp_path / "profiles.yaml", command_profile("slow", "touch started; sleep 20")
     )
     settings = worker_settings(tmp_path, repos, catalogue, rein_aharness_shutdown_grace_seconds=0.2)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("slow")
     transport = RecordingTransport(activity_core.transport())
     stop = anyio.Event()
 
@@ -665,7 +644,6 @@ async def test_completion_events_are_posted_to_the_configured_sink(
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         rein_aharness_event_sink_url="http://events.test/hooks/ops",
     )
     run_id = await activity_core.seeded.run(
@@ -701,20 +679,13 @@ async def test_completion_events_are_posted_to_the_configured_sink(
 
 
 async def test_a_timed_out_command_fails_the_run_with_reopen(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile("hang", f"echo x > briefs/x.md && {_COMMIT} && sleep 10", timeout_s=0.5),
+    run_id, runtime = await run_command(
+        "hang", f"echo x > briefs/x.md && {_COMMIT} && sleep 10", timeout_s=0.5
     )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.hang@1.0.0", repository_grant=GRANT
-    )
-
-    runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
     [report] = runtime.worker.reports
     assert report.close is not None and report.close.disposition == "reopened"
@@ -725,22 +696,12 @@ async def test_a_timed_out_command_fails_the_run_with_reopen(
 
 
 async def test_command_output_never_reaches_the_result_or_the_outbox(
-    activity_core: ActivityCore, repos: Repos, tmp_path: Path
+    activity_core: ActivityCore, repos: Repos, tmp_path: Path, run_command: RunCommand
 ) -> None:
     repos.make()
-    catalogue = write_catalogue(
-        tmp_path / "profiles.yaml",
-        command_profile(
-            "chatty",
-            f"echo SECRET-OUTPUT; echo SECRET-ERROR >&2; echo x > briefs/x.md && {_COMMIT}",
-        ),
+    run_id, _ = await run_command(
+        "chatty", f"echo SECRET-OUTPUT; echo SECRET-ERROR >&2; echo x > briefs/x.md && {_COMMIT}"
     )
-    settings = worker_settings(tmp_path, repos, catalogue)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.chatty@1.0.0", repository_grant=GRANT
-    )
-
-    await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 
     row = await activity_core.row(run_id)
     assert row["state"] == "succeeded"
@@ -771,30 +732,16 @@ async def test_a_remote_glas_gateway_executes_the_profiled_request(
             200,
             json={
                 "ok": True,
-                "evidence": {
-                    "contract_version": "1.0",
-                    "request_id": body["request_id"],
-                    "profile_ref": body["profile_ref"],
-                    "rein_id": "glas",
-                    "rein_version": "2.0.0",
-                    "resolved_model": "claude-sonnet-4-6",
-                    "outcome": "succeeded",
-                    "tokens_spent": 321,
-                },
+                "evidence": glas_evidence(
+                    body, resolved_model="claude-sonnet-4-6", tokens_spent=321
+                ),
                 "target_repo": "research/briefs",
                 "tool_output": "dropped",
             },
         )
 
-    async with open_worker(
-        settings,
-        load_catalogue(catalogue),
-        transports=Transports(
-            queue=RecordingTransport(activity_core.transport()), glas=httpx.MockTransport(glas)
-        ),
-        retry=FAST,
-    ) as runtime:
-        await runtime.worker.run(once=True)
+    queue = RecordingTransport(activity_core.transport())
+    await run_worker_once(settings, queue, glas=httpx.MockTransport(glas))
 
     assert [body["request_id"] for body in asked] == [f"{run_id}.1"]
     row = await activity_core.row(run_id)

@@ -16,7 +16,6 @@ from rein_aharness.repository.changes_bundle import write_changes_bundle
 from rein_aharness.repository.changes_store import ChangesStore
 from rein_aharness.repository.locate import resolve_repository
 from rein_worker_kit import (
-    GRANT,
     WORKER_ID,
     ActivityCore,
     RecordingTransport,
@@ -24,7 +23,6 @@ from rein_worker_kit import (
     git,
     run_worker_once,
     worker_settings,
-    write_catalogue,
 )
 
 
@@ -38,13 +36,10 @@ async def test_a_bundle_over_the_bound_is_rejected_work_and_nothing_lands(
 ) -> None:
     repo = repos.make()
     refs_before = Repos.refs(repo)
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("brief")
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         rein_aharness_changes_max_bytes=64,
     )
 
@@ -65,10 +60,8 @@ async def test_a_granted_run_hands_its_changes_over_before_its_close(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path, db: asyncpg.Connection
 ) -> None:
     repo = repos.make()
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    run_id = await activity_core.granted_run("brief")
+    settings = worker_settings(tmp_path, repos)
     transport = RecordingTransport(activity_core.transport())
 
     runtime = await run_worker_once(settings, transport)

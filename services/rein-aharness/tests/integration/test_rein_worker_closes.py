@@ -14,7 +14,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ops_contracts import canonical_json
@@ -24,12 +23,12 @@ from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
     WORKER_ID,
-    WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
     command_profile,
     outbox,
+    pending_complete,
     run_worker_once,
     worker_settings,
     write_catalogue,
@@ -42,15 +41,7 @@ _COMMIT = "git add -A && git commit -qm work"
 
 async def _claim(activity_core: ActivityCore, label: str) -> uuid.UUID:
     """Claim the run labelled `label` as WORKER_ID (as a worker did before a crash)."""
-    async with httpx.AsyncClient(
-        transport=activity_core.transport(), base_url="http://ac.test"
-    ) as http:
-        claimed = await http.post(
-            "/ops-runs/claim",
-            json={"worker_id": WORKER_ID, "labels": [label]},
-            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
-        )
-    [run] = claimed.json()["runs"]
+    [run] = await activity_core.claim_as_worker(label)
     return uuid.UUID(run["id"])
 
 
@@ -130,7 +121,7 @@ async def test_a_replayed_pending_entry_carries_its_attempt(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path
 ) -> None:
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None, attempt=1)
     run_id = await _claim(activity_core, "earlier")
     store = outbox(settings)
@@ -167,7 +158,7 @@ async def test_records_of_the_previous_version_replay_with_the_attempt_they_name
     """A v1 record (no stored attempt) is delivered, not quarantined: with the attempt its
     worker transaction id names, or with none when its transaction id has another shape."""
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     await activity_core.seeded.run(labels=["shaped"], harness_profile_ref=None)
     await activity_core.seeded.run(labels=["other"], harness_profile_ref=None)
     shaped = await _claim(activity_core, "shaped")
@@ -205,7 +196,7 @@ async def test_a_close_of_an_attempt_no_longer_current_is_fenced_off_and_quarant
     (its lease ended, it claimed the run again): owner and lease match, only the attempt
     tells them apart. Activity Core refuses it (expired_lease) and attempt 2 is untouched."""
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     await activity_core.seeded.run(labels=["again"], harness_profile_ref=None)
     run_id = await _claim(activity_core, "again")
     await activity_core.seeded.expire_lease(run_id)
@@ -213,14 +204,7 @@ async def test_a_close_of_an_attempt_no_longer_current_is_fenced_off_and_quarant
     held = await activity_core.row(run_id)
     assert (held["attempt"], held["claim_owner"]) == (2, WORKER_ID)
     store = outbox(settings)
-    key = store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-        attempt=1,
-    ).record.key
+    key = pending_complete(store, run_id, attempt=1)
     if written_by == "the-previous-version":
         _as_previous_version(store, key)
     transport = RecordingTransport(activity_core.transport())
@@ -253,7 +237,7 @@ async def test_an_entry_of_another_worker_identity_is_quarantined_and_the_worker
     (403) for the new credentials forever. The worker never sends it, quarantines it with
     its reason, and claims and completes work."""
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     # held by the worker's previous identity, whose close waits in the outbox
     stranded = await activity_core.seeded.run(
         labels=["elsewhere"],
@@ -264,16 +248,8 @@ async def test_an_entry_of_another_worker_identity_is_quarantined_and_the_worker
         attempt=1,
     )
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(stranded),
-        transaction_id=f"rtx-{stranded}.1",
-        worker_id=OTHER_WORKER,
-        action="complete",
-        result={"ok": True, "target_repo": "research/briefs", "committed": False},
-    )
-    work = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    pending_complete(store, stranded, worker_id=OTHER_WORKER)
+    work = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.WARNING, logger="rein_aharness"):
@@ -318,21 +294,12 @@ async def test_refused_credentials_of_its_own_identity_stop_the_pass_and_every_c
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         activity_core_worker_token="a-rotated-token-0123456789",
     )
     run_id = await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
     store = outbox(settings)
-    store.enqueue_close(
-        run_id=str(run_id),
-        transaction_id=f"rtx-{run_id}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True},
-    )
-    waiting = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    pending_complete(store, run_id, result={"ok": True})
+    waiting = await activity_core.granted_run("brief")
     transport = RecordingTransport(activity_core.transport())
 
     with caplog.at_level(logging.WARNING, logger="rein_aharness"):

@@ -24,8 +24,7 @@ from ops_testsupport.changes_bundles import (
     garbage_bundle,
     make_repository,
 )
-from rein_aharness.profiles import load_catalogue
-from rein_aharness.worker import Transports, WorkerRuntime, open_worker
+from rein_aharness.worker import WorkerRuntime
 from rein_worker_kit import (
     FAST,
     GRANT,
@@ -33,7 +32,9 @@ from rein_worker_kit import (
     RecordingTransport,
     Repos,
     command_profile,
+    glas_evidence,
     outbox,
+    run_worker_once,
     worker_settings,
     write_catalogue,
 )
@@ -68,15 +69,7 @@ class StandInGlas:
             200,
             json={
                 "ok": True,
-                "evidence": {
-                    "contract_version": "1.0",
-                    "request_id": body["request_id"],
-                    "profile_ref": body["profile_ref"],
-                    "rein_id": "glas",
-                    "rein_version": "2.0.0",
-                    "outcome": "succeeded",
-                    "head_after": self.head,
-                },
+                "evidence": glas_evidence(body, head_after=self.head),
                 "repository_transaction": {
                     "transaction_id": f"rtx-{run_id}.{body['run']['attempt']}",
                     "baseline_digest": self.result_baseline,
@@ -105,15 +98,7 @@ def _history(tmp_path: Path) -> tuple[Path, str, str]:
 
 
 async def _run(settings: Any, glas: StandInGlas, queue: httpx.AsyncBaseTransport) -> WorkerRuntime:
-    assert settings.rein_aharness_profiles is not None
-    async with open_worker(
-        settings,
-        load_catalogue(settings.rein_aharness_profiles),
-        transports=Transports(queue=queue, glas=httpx.MockTransport(glas.handler)),
-        retry=FAST,
-    ) as runtime:
-        await runtime.worker.run(once=True)
-    return runtime
+    return await run_worker_once(settings, queue, glas=httpx.MockTransport(glas.handler))
 
 
 def _settings(tmp_path: Path, repos: Repos, **overrides: Any) -> Any:
@@ -130,10 +115,7 @@ def _settings(tmp_path: Path, repos: Repos, **overrides: Any) -> Any:
 
 
 async def _seed(activity_core: ActivityCore) -> uuid.UUID:
-    run_id: uuid.UUID = await activity_core.seeded.run(
-        harness_profile_ref="harness.remote@1.0.0", repository_grant=GRANT
-    )
-    return run_id
+    return await activity_core.granted_run("remote")
 
 
 def _bundles(tmp_path: Path) -> list[Path]:

@@ -39,13 +39,12 @@ from rein_aharness.worker.metrics import (
 from rein_worker_kit import (
     FAST,
     GRANT,
-    WORKER_ID,
-    WORKER_TOKEN,
     ActivityCore,
     RecordingTransport,
     Repos,
     command_profile,
     outbox,
+    pending_complete,
     run_worker_once,
     worker_settings,
     write_catalogue,
@@ -201,10 +200,7 @@ async def test_run_serves_the_gauges_while_it_runs_and_stops_serving_after(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     repos.make()
-    catalogue = write_catalogue(tmp_path / "profiles.yaml")
-    settings = worker_settings(
-        tmp_path, repos, catalogue, rein_aharness_metrics_address="127.0.0.1:0"
-    )
+    settings = worker_settings(tmp_path, repos, rein_aharness_metrics_address="127.0.0.1:0")
     outbox(settings).enqueue_close(
         run_id=str(uuid.uuid4()),
         transaction_id="rtx-x.1",
@@ -359,13 +355,10 @@ async def test_a_sandbox_failing_during_a_run_is_counted_and_the_worker_stops_cl
     settings = worker_settings(
         tmp_path,
         repos,
-        write_catalogue(tmp_path / "profiles.yaml"),
         rein_aharness_metrics_address="127.0.0.1:0",
         rein_aharness_bwrap=flaky,
     )
-    run_id = await activity_core.seeded.run(
-        harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
-    )
+    run_id = await activity_core.granted_run("brief")
 
     def reopened_and_then_held_back(text: str) -> bool:
         skipped = _by(text, "ops_worker_turns_skipped_total", "reason")
@@ -403,27 +396,10 @@ async def test_a_close_left_pending_and_delivered_by_a_later_replay_is_counted(
     replay pass: ops_worker_closes_total counted it as pending then, so the replay
     counter is where its delivery shows."""
     repos.make()
-    settings = worker_settings(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"))
+    settings = worker_settings(tmp_path, repos)
     await activity_core.seeded.run(labels=["earlier"], harness_profile_ref=None)
-    async with httpx.AsyncClient(
-        transport=activity_core.transport(), base_url="http://ac.test"
-    ) as http:
-        claimed = await http.post(
-            "/ops-runs/claim",
-            json={"worker_id": WORKER_ID, "labels": ["earlier"]},
-            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
-        )
-    [run] = claimed.json()["runs"]
-    outbox(settings).enqueue_close(
-        run_id=run["id"],
-        transaction_id=f"rtx-{run['id']}.1",
-        worker_id=WORKER_ID,
-        action="complete",
-        result={"ok": True},
-        error=None,
-        reopen=False,
-        attempt=run["attempt"],
-    )
+    [run] = await activity_core.claim_as_worker("earlier")
+    pending_complete(outbox(settings), run["id"], result={"ok": True}, attempt=run["attempt"])
 
     runtime = await run_worker_once(settings, RecordingTransport(activity_core.transport()))
 

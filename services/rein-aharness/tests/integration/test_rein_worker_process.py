@@ -13,31 +13,27 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
-from ac_testkit import SeededQueue
 from ops_devsupport.processes import processes_working_under
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
+    WORKER_BIN,
     Repos,
-    activity_core_app,
+    ServedQueue,
     command_profile,
     processes_of_run,
-    served_on_loopback,
+    serve_behind,
     started_in_a_worktree,
     worker_process_env,
     write_catalogue,
 )
-
-WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
 
 Scope = dict[str, Any]
 
@@ -66,22 +62,13 @@ class HoldingProxy:
         await self.inner(scope, receive, send)
 
 
-@dataclass
-class Served:
-    url: str
-    proxy: HoldingProxy
-    seeded: SeededQueue
+Served = ServedQueue[HoldingProxy]
 
 
 @pytest.fixture
 async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
-    proxy = HoldingProxy(activity_core_app(db_dsn))
-    async with served_on_loopback(proxy) as url:
-        try:
-            yield Served(url, proxy, SeededQueue(db))
-        finally:
-            # a held request let go first, or the server's shutdown waits for it
-            proxy.release.set()
+    async with serve_behind(HoldingProxy, db_dsn, db) as served:
+        yield served
 
 
 def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
@@ -133,7 +120,7 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     first = _start(env, log)
     try:
         async with asyncio.timeout(30):
-            await served.proxy.held.wait()
+            await served.middleware.held.wait()
     finally:
         _kill(first)  # SIGKILL while the worker waits for the complete's answer
     assert first.returncode == -signal.SIGKILL
@@ -141,7 +128,9 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     # activity-core applied the close; the worker never heard; its outbox entry is pending
     applied = json.loads(
         b"".join(
-            m.get("body", b"") for m in served.proxy.withheld if m["type"] == "http.response.body"
+            m.get("body", b"")
+            for m in served.middleware.withheld
+            if m["type"] == "http.response.body"
         )
     )
     assert applied["close_disposition"] == "applied"
@@ -154,7 +143,7 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     landings = Repos.landings(repo)
     assert list(landings) == [f"refs/heads/rein/{run_id}/1"]
 
-    served.proxy.hold = False
+    served.middleware.hold = False
     second = _start(env, log)
     assert await _exited(second) == 0
 
@@ -184,7 +173,7 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
 async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_is_redone(
     served: Served, repos: Repos, tmp_path: Path
 ) -> None:
-    served.proxy.hold = False
+    served.middleware.hold = False
     repo = repos.make()
     refs_before = Repos.refs(repo)
     script = (
@@ -231,7 +220,7 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
 async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
     served: Served, repos: Repos, tmp_path: Path
 ) -> None:
-    served.proxy.hold = False
+    served.middleware.hold = False
     repo = repos.make()
     refs_before = Repos.refs(repo)
     catalogue = write_catalogue(

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -29,21 +28,21 @@ import asyncpg
 import httpx
 import pytest
 
-from ac_testkit import OPERATOR_TOKEN, SeededQueue
+from ac_testkit import OPERATOR_TOKEN
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
+    WORKER_BIN,
     Repos,
-    activity_core_app,
+    ServedQueue,
     command_profile,
     processes_of_run,
-    served_on_loopback,
+    serve_behind,
     started_in_a_worktree,
     worker_process_env,
     write_catalogue,
 )
 
-WORKER_BIN = Path(sys.executable).parent / "rein-aharness"
 LEASE_SECONDS = 3
 MARGIN_SECONDS = 0.5  # worker/lease.py: lease_margin(3), its floor
 
@@ -102,22 +101,13 @@ class StandIn:
         await self.inner(scope, receive, send)
 
 
-@dataclass
-class Served:
-    url: str
-    stand_in: StandIn
-    seeded: SeededQueue
+Served = ServedQueue[StandIn]
 
 
 @pytest.fixture
 async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
-    stand_in = StandIn(activity_core_app(db_dsn))
-    async with served_on_loopback(stand_in) as url:
-        try:
-            yield Served(url, stand_in, SeededQueue(db))
-        finally:
-            # a held request let go first, or the server's shutdown waits for it
-            stand_in.release.set()
+    async with serve_behind(StandIn, db_dsn, db) as served:
+        yield served
 
 
 def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
@@ -133,7 +123,7 @@ def _kill_run(run_id: object) -> None:
 async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline(
     served: Served, repos: Repos, tmp_path: Path
 ) -> None:
-    served.stand_in.hold_heartbeats = True
+    served.middleware.hold_heartbeats = True
     repo = repos.make()
     refs_before = Repos.refs(repo)
     # Commits (and would land) only if it outlived its lease by far.
@@ -164,7 +154,7 @@ async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline
         async with asyncio.timeout(30):
             while not (started_in_a_worktree(tmp_path / "state") and processes_of_run(run_id)):
                 await asyncio.sleep(0.05)
-        claimed_at = served.stand_in.claimed_at
+        claimed_at = served.middleware.claimed_at
         assert claimed_at is not None
         gone_at: float | None = None
         while time.monotonic() < claimed_at + latest + 5:
@@ -173,7 +163,7 @@ async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline
                 break
             await asyncio.sleep(0.05)
         assert gone_at is not None, "the approach outlived its lease"
-        assert served.stand_in.held >= 1  # a heartbeat was in flight, unanswered
+        assert served.middleware.held >= 1  # a heartbeat was in flight, unanswered
         assert earliest <= gone_at - claimed_at <= latest, gone_at - claimed_at
         async with asyncio.timeout(30):
             while worker.poll() is None:
@@ -200,7 +190,7 @@ async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline
 async def test_a_run_cancelled_before_its_close_arrives_is_settled_and_its_branch_withdrawn(
     served: Served, repos: Repos, tmp_path: Path
 ) -> None:
-    served.stand_in.cancel_before_close = True
+    served.middleware.cancel_before_close = True
     repo = repos.make()
     refs_before = Repos.refs_outside_landings(repo)
     run_id = await served.seeded.run(
@@ -222,9 +212,9 @@ async def test_a_run_cancelled_before_its_close_arrives_is_settled_and_its_branc
     assert worker.returncode == 0, log.read_text()
 
     # the close met the cancel: terminal_conflict, its detail naming the operator
-    [cancel] = served.stand_in.cancels
+    [cancel] = served.middleware.cancels
     assert cancel.status_code == 200, cancel.text
-    [(status, body)] = served.stand_in.closes
+    [(status, body)] = served.middleware.closes
     assert status == 409
     assert json.loads(body)["code"] == "terminal_conflict"
     row = await served.seeded.row(run_id)

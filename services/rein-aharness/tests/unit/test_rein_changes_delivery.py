@@ -13,6 +13,7 @@ import pytest
 import respx
 
 from ops_contracts import REFUSAL_HTTP_STATUS, RefusalCode
+from ops_testsupport.factories import run_projection
 from rein_aharness.adapters.close_delivery import UPLOAD_ROUNDS, deliver_close
 from rein_aharness.adapters.queue_client import ActivityCoreQueueClient
 from rein_aharness.adapters.retry import RetryPolicy
@@ -69,40 +70,54 @@ def _stored(status: int = 201, digest: str = DIGEST, attempt: int = 1) -> httpx.
     )
 
 
-def _enqueue(store: OutboxStore, make_close: Callable[..., dict[str, Any]]) -> str:
-    result = {
-        "ok": True,
-        "target_repo": "research/briefs",
-        "head_after": "b" * 40,
-        "committed": True,
-        "repository_transaction": {
-            "transaction_id": f"rtx-{RUN}.1",
-            "baseline_digest": "a" * 40,
-            "changes_digest": DIGEST,
-            "acceptance": "accepted",
-            "accepted_commits": ["b" * 40],
-            "accepted_paths": ["briefs/x.md"],
-        },
-    }
-    return store.enqueue_close(
-        **make_close(run_id=RUN, transaction_id=f"rtx-{RUN}.1", result=result, attempt=1)
-    ).record.key
+def _closed(disposition: str) -> httpx.Response:
+    return httpx.Response(
+        200, json={**run_projection(state="succeeded"), "close_disposition": disposition}
+    )
+
+
+# Per attempt of RUN, the commit its close accepted (with changes, DIGEST), the target
+# repository and the accepted path.
+_ACCEPTED = {1: ("b" * 40, "research/briefs", "briefs/x.md"), 2: ("c" * 40, "r/x", "a")}
+
+Enqueue = Callable[..., str]
+
+
+@pytest.fixture
+def enqueue(store: OutboxStore, make_close: Callable[..., dict[str, Any]]) -> Enqueue:
+    """`enqueue(attempt=1)` puts the complete of RUN's attempt, with changes, in the
+    outbox: its key."""
+
+    def enqueue_attempt(attempt: int = 1) -> str:
+        head, target_repo, path = _ACCEPTED[attempt]
+        result = {
+            "ok": True,
+            "target_repo": target_repo,
+            "head_after": head,
+            "committed": True,
+            "repository_transaction": {
+                "transaction_id": f"rtx-{RUN}.{attempt}",
+                "baseline_digest": "a" * 40,
+                "changes_digest": DIGEST,
+                "acceptance": "accepted",
+                "accepted_commits": [head],
+                "accepted_paths": [path],
+            },
+        }
+        close = make_close(
+            run_id=RUN, transaction_id=f"rtx-{RUN}.{attempt}", result=result, attempt=attempt
+        )
+        return store.enqueue_close(**close).record.key
+
+    return enqueue_attempt
 
 
 async def test_the_bundle_is_uploaded_before_the_close(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    projection: Callable[..., Any],
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     put = router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_stored())
-    complete = router.post(f"/ops-runs/{RUN}/complete").mock(
-        return_value=httpx.Response(
-            200, json={**projection(state="succeeded"), "close_disposition": "applied"}
-        )
-    )
-    _enqueue(store, make_close)
+    complete = router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_closed("applied"))
+    enqueue()
     uploads: list[str] = []
     report = await replay_pending(
         store, deliver_close(client, changes=Bundles(), on_upload=uploads.append)
@@ -119,22 +134,16 @@ async def test_the_bundle_is_uploaded_before_the_close(
 
 
 async def test_changes_not_stored_uploads_again_and_then_stays_pending(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    projection: Callable[..., Any],
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     put = router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_stored(200))
     complete = router.post(f"/ops-runs/{RUN}/complete").mock(
         side_effect=[
             _refusal("changes_not_stored"),
-            httpx.Response(
-                200, json={**projection(state="succeeded"), "close_disposition": "applied"}
-            ),
+            _closed("applied"),
         ]
     )
-    _enqueue(store, make_close)
+    enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [o.detail for o in report.outcomes] == ["applied"]
     assert put.call_count == 2 and complete.call_count == 2
@@ -142,31 +151,11 @@ async def test_changes_not_stored_uploads_again_and_then_stays_pending(
     complete.mock(side_effect=None, return_value=_refusal("changes_not_stored"))
     put.reset()
     put.mock(return_value=_stored(200, attempt=2))
-    key = _enqueue_other(store, make_close)
+    key = enqueue(attempt=2)
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("failed", "ChangesNotStoredError")]
     assert put.call_count == UPLOAD_ROUNDS
     assert (store.paths.pending / f"{key}.json").exists()
-
-
-def _enqueue_other(store: OutboxStore, make_close: Callable[..., dict[str, Any]]) -> str:
-    result = {
-        "ok": True,
-        "committed": True,
-        "head_after": "c" * 40,
-        "target_repo": "r/x",
-        "repository_transaction": {
-            "transaction_id": f"rtx-{RUN}.2",
-            "baseline_digest": "a" * 40,
-            "changes_digest": DIGEST,
-            "acceptance": "accepted",
-            "accepted_commits": ["c" * 40],
-            "accepted_paths": ["a"],
-        },
-    }
-    return store.enqueue_close(
-        **make_close(run_id=RUN, transaction_id=f"rtx-{RUN}.2", result=result, attempt=2)
-    ).record.key
 
 
 @pytest.mark.parametrize("code", ["changes_invalid", "changes_conflict", "changes_too_large"])
@@ -174,12 +163,12 @@ async def test_a_conclusive_upload_refusal_quarantines_without_a_close(
     router: respx.MockRouter,
     client: ActivityCoreQueueClient,
     store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    enqueue: Enqueue,
     code: str,
 ) -> None:
     router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_refusal(code))
     complete = router.post(f"/ops-runs/{RUN}/complete")
-    _enqueue(store, make_close)
+    enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("quarantined", code)]
     assert complete.call_count == 0
@@ -188,46 +177,32 @@ async def test_a_conclusive_upload_refusal_quarantines_without_a_close(
 
 
 async def test_a_fenced_upload_lets_the_close_settle_the_entry(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    projection: Callable[..., Any],
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     """The close was taken, its answer lost: the run is succeeded, so the upload is refused
     (terminal_conflict), and the close's exact repeat is reconciled."""
     router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_refusal("terminal_conflict"))
-    router.post(f"/ops-runs/{RUN}/complete").mock(
-        return_value=httpx.Response(
-            200, json={**projection(state="succeeded"), "close_disposition": "reconciled"}
-        )
-    )
-    _enqueue(store, make_close)
+    router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_closed("reconciled"))
+    enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [o.detail for o in report.outcomes] == ["reconciled"]
 
 
 async def test_an_expired_upload_and_close_quarantine_with_the_close_code(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_refusal("expired_lease"))
     router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_refusal("expired_lease"))
-    _enqueue(store, make_close)
+    enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("quarantined", "expired_lease")]
 
 
 async def test_lost_changes_quarantine_the_entry_with_the_reason(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     put = router.put(f"/ops-runs/{RUN}/changes")
-    _enqueue(store, make_close)
+    enqueue()
     report = await replay_pending(
         store, deliver_close(client, changes=Bundles(lost="changes_digest_mismatch"))
     )
@@ -240,24 +215,18 @@ async def test_lost_changes_quarantine_the_entry_with_the_reason(
 
 
 async def test_an_answer_for_other_changes_is_a_protocol_error_and_stays_pending(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     router.put(f"/ops-runs/{RUN}/changes").mock(return_value=_stored(digest="sha256:" + "f" * 64))
     complete = router.post(f"/ops-runs/{RUN}/complete")
-    _enqueue(store, make_close)
+    enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("failed", "QueueProtocolError")]
     assert complete.call_count == 0
 
 
 async def test_a_405_on_the_upload_never_closes_without_the_changes(
-    router: respx.MockRouter,
-    client: ActivityCoreQueueClient,
-    store: OutboxStore,
-    make_close: Callable[..., dict[str, Any]],
+    router: respx.MockRouter, client: ActivityCoreQueueClient, store: OutboxStore, enqueue: Enqueue
 ) -> None:
     """There is no "older activity-core" fallback: a 405 is an unclassified refusal
     (queue_errors.QueueRejectedError), so the entry stays pending and no complete is
@@ -268,7 +237,7 @@ async def test_a_405_on_the_upload_never_closes_without_the_changes(
         )
     )
     complete = router.post(f"/ops-runs/{RUN}/complete")
-    key = _enqueue(store, make_close)
+    key = enqueue()
     report = await replay_pending(store, deliver_close(client, changes=Bundles()))
     assert [(o.outcome, o.detail) for o in report.outcomes] == [("failed", "QueueRejectedError")]
     assert put.call_count == 1  # not retried: it is not transient

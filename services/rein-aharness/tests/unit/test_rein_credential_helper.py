@@ -45,25 +45,23 @@ def test_an_unreadable_or_odd_token_file_gives_no_answer(tmp_path: Path) -> None
     assert answer(request, _environ(odd)) == ""
 
 
+def _as_git_runs_it(action: str, token: Path) -> subprocess.CompletedProcess[str]:
+    """`python -I -m <helper> action`, asked for git.example:8443 as git asks."""
+    return subprocess.run(
+        [sys.executable, "-I", "-m", CREDENTIAL_HELPER_MODULE, action],
+        input="protocol=https\nhost=git.example:8443\n\n",
+        env=_environ(token),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
 def test_git_runs_it_as_a_module(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("tok-456")
-    done = subprocess.run(
-        [sys.executable, "-I", "-m", CREDENTIAL_HELPER_MODULE, "get"],
-        input="protocol=https\nhost=git.example:8443\n\n",
-        env=_environ(token),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = _as_git_runs_it("get", token)
     assert done.stdout == "username=x-token\npassword=tok-456\n"
     assert done.stderr == ""  # no runpy warning: the package does not import it
-    erased = subprocess.run(
-        [sys.executable, "-I", "-m", CREDENTIAL_HELPER_MODULE, "erase"],
-        input="protocol=https\nhost=git.example:8443\n\n",
-        env=_environ(token),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    erased = _as_git_runs_it("erase", token)
     assert erased.stdout == "" and token.read_text() == "tok-456"

@@ -19,7 +19,13 @@ import anyio
 
 from rein_aharness.outbox.paths import FILE_MODE
 
-__all__ = ["ensure_lock_file", "hold_directory_lock", "hold_lock", "hold_lock_async"]
+__all__ = [
+    "ensure_lock_file",
+    "hold_directory_lock",
+    "hold_fd_lock_async",
+    "hold_lock",
+    "hold_lock_async",
+]
 
 _POLL_SECONDS = 0.05
 
@@ -64,12 +70,20 @@ def hold_directory_lock(path: Path) -> Iterator[None]:
 
 @asynccontextmanager
 async def hold_lock_async(path: Path) -> AsyncIterator[None]:
-    """Exclusive lock acquired by polling with LOCK_NB, so waiting stays cancellable.
+    """Exclusive lock on the lock file at `path`, cancellable while it waits
+    (hold_fd_lock_async)."""
+    async with hold_fd_lock_async(_open_lock_file(path)):
+        yield
+
+
+@asynccontextmanager
+async def hold_fd_lock_async(fd: int) -> AsyncIterator[None]:
+    """Exclusive flock on the open descriptor `fd`, acquired by polling with LOCK_NB so
+    waiting stays cancellable; `fd` is closed when the block ends, held or not.
 
     A blocking flock in a worker thread could not be abandoned on cancellation without
     leaking a descriptor that would hold the lock for the rest of the process's life.
     """
-    fd = _open_lock_file(path)
     try:
         while True:
             try:

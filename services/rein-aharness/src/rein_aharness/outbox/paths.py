@@ -24,6 +24,7 @@ __all__ = [
     "OutboxPaths",
     "default_state_dir",
     "ensure_private_dir",
+    "narrow_to_private",
     "resolve_outbox_root",
 ]
 
@@ -141,6 +142,11 @@ def ensure_private_dir(path: Path) -> None:
         raise OutboxPathError(f"cannot inspect outbox directory {path}: {exc.strerror}") from exc
     if not stat.S_ISDIR(info.st_mode):
         raise OutboxPathError(f"outbox path {path} exists and is not a directory")
+    narrow_to_private(path, info)
+
+
+def narrow_to_private(path: Path, info: os.stat_result) -> None:
+    """Give the directory at `path` (`info`, its lstat) mode 0700 unless it has it."""
     if stat.S_IMODE(info.st_mode) != DIR_MODE:
         try:
             os.chmod(path, DIR_MODE)

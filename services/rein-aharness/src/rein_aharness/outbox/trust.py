@@ -40,7 +40,7 @@ import stat
 from pathlib import Path
 
 from rein_aharness.outbox.errors import OutboxPathError, OutboxUntrustedError
-from rein_aharness.outbox.paths import DIR_MODE
+from rein_aharness.outbox.paths import DIR_MODE, narrow_to_private
 
 __all__ = ["make_private_dir", "secure_outbox_dir", "secure_state_dir"]
 
@@ -119,13 +119,7 @@ def secure_outbox_dir(path: Path, *, create: bool = True) -> bool:
     if not stat.S_ISDIR(info.st_mode):
         raise OutboxPathError(f"outbox path {path} exists and is not a directory")
     _check_private(path, info, os.geteuid())
-    if stat.S_IMODE(info.st_mode) != DIR_MODE:
-        try:
-            os.chmod(path, DIR_MODE)
-        except OSError as exc:
-            raise OutboxPathError(
-                f"cannot make outbox directory {path} private: {exc.strerror}"
-            ) from exc
+    narrow_to_private(path, info)
     return True
 
 

@@ -17,8 +17,6 @@ lock.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import shutil
 import signal
@@ -30,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from rein_aharness.outbox.locking import hold_fd_lock_async
 from rein_aharness.outbox.paths import ensure_private_dir
 from rein_aharness.repository.git import GitError, git, git_text
 from rein_aharness.repository.locate import Repository, RepositoryNotFound
@@ -43,7 +42,6 @@ __all__ = [
     "sweep_worktrees",
 ]
 
-_POLL_SECONDS = 0.05
 SCRATCH_SUFFIX = ".scratch"
 
 
@@ -82,18 +80,8 @@ def scratch_path(path: Path) -> Path:
 async def repository_lock(repository: Repository) -> AsyncIterator[None]:
     """Exclusive flock on the repository's common dir, polled so waiting is cancellable."""
     fd = os.open(repository.common_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-            await anyio.sleep(_POLL_SECONDS)
+    async with hold_fd_lock_async(fd):
         yield
-    finally:
-        os.close(fd)
 
 
 async def open_workspace(

@@ -67,7 +67,8 @@ import socket
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
@@ -98,11 +99,13 @@ log = logging.getLogger(__name__)
 
 _OUTBOX = "ops_worker_close_outbox"
 
+# Each Literal is the one list of its label's values; the tuple beside it is the same
+# list at run time (get_args), for the series exported from the start.
 ClaimResult = Literal["claimed", "empty", "error"]
-CLAIM_RESULTS: Final = ("claimed", "empty", "error")
+CLAIM_RESULTS: Final = get_args(ClaimResult)
 
 SkipReason = Literal["replay_stopped", "sandbox_unavailable"]
-SKIP_REASONS: Final = ("replay_stopped", "sandbox_unavailable")
+SKIP_REASONS: Final = get_args(SkipReason)
 
 # completed: closed as complete; failed: closed as fail, not to be retried;
 # failed_reopen: closed as fail asking the queue to reopen it (below its attempt ceiling
@@ -110,7 +113,7 @@ SKIP_REASONS: Final = ("replay_stopped", "sandbox_unavailable")
 # kind); lease_lost: the lease ended during execution, nothing closed; abandoned: cut
 # short at shutdown, nothing closed.
 RunOutcome = Literal["completed", "failed", "failed_reopen", "refused", "lease_lost", "abandoned"]
-RUN_OUTCOMES: Final = ("completed", "failed", "failed_reopen", "refused", "lease_lost", "abandoned")
+RUN_OUTCOMES: Final = get_args(RunOutcome)
 
 # processor.py maps selection refusals and each gateway error class onto one of these.
 FailureReason = Literal[
@@ -130,23 +133,7 @@ FailureReason = Literal[
     "repository_too_large",
     "internal_error",
 ]
-FAILURE_REASONS: Final = (
-    "refused_before_execution",
-    "gateway_refused",
-    "secret_unavailable",
-    "sandbox_failed",
-    "work_rejected",
-    "approach_failed",
-    "approach_timed_out",
-    "gateway_unavailable",
-    "gateway_protocol_error",
-    "glas_outcome",
-    "repository_unavailable",
-    "repository_credentials_refused",
-    "repository_not_found",
-    "repository_too_large",
-    "internal_error",
-)
+FAILURE_REASONS: Final = get_args(FailureReason)
 
 # Per close path, the results it can have (closer.py, CloseReport): a delivered close by
 # its disposition; an outboxed one may stay pending, be quarantined or conflict with the
@@ -168,14 +155,112 @@ REPLAY_OUTCOMES: Final = (
 )
 
 HeartbeatResult = Literal["ok", "failed", "refused"]
-HEARTBEAT_RESULTS: Final = ("ok", "failed", "refused")
+HEARTBEAT_RESULTS: Final = get_args(HeartbeatResult)
 
-SELECTIONS: Final = ("profiled", "legacy")
+Selection = Literal["profiled", "legacy"]
+SELECTIONS: Final = get_args(Selection)
+
+UPLOAD_RESULTS = ("stored", "already_stored", "refused", "other")
+_EGRESS_OUTCOMES = ("allowed", "refused", "failed")
+_EGRESS_DIRECTIONS = ("up", "down")
 
 # An execution runs from seconds (a brief) to the lease-kept hour of a long command.
 _EXECUTION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # A close is an fsync'd enqueue and one HTTP request, or bounded retries of it.
 _CLOSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class _Family:
+    """One metric family: its name, help text and labels, and the label values it
+    exports (at 0) from the start. With buckets, a histogram; else a counter."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    series: tuple[tuple[str, ...], ...]
+    buckets: tuple[float, ...] | None = None
+
+
+def _each(values: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    """The series of a family with one label: one per value."""
+    return tuple((value,) for value in values)
+
+
+# Every family the worker records, in the order the endpoint exports them.
+_FAMILIES: Final = {
+    "claims": _Family(
+        "ops_worker_claims",
+        "claim requests by result: claimed (a run), empty, error",
+        ("result",),
+        _each(CLAIM_RESULTS),
+    ),
+    "skipped": _Family(
+        "ops_worker_turns_skipped",
+        "loop turns that claimed nothing on purpose, by reason",
+        ("reason",),
+        _each(SKIP_REASONS),
+    ),
+    "runs": _Family(
+        "ops_worker_runs", "claimed runs by how they ended", ("outcome",), _each(RUN_OUTCOMES)
+    ),
+    "failures": _Family(
+        "ops_worker_execution_failures",
+        "runs failed or refused, by reason",
+        ("reason",),
+        _each(FAILURE_REASONS),
+    ),
+    "closes": _Family(
+        "ops_worker_closes",
+        "runs' closes by path and result (the disposition when delivered)",
+        ("path", "result"),
+        tuple((path, result) for path, results in CLOSE_RESULTS.items() for result in results),
+    ),
+    "replays": _Family(
+        "ops_worker_outbox_replays",
+        "close outbox entries the worker loop's replay passes handled, by outcome",
+        ("outcome",),
+        _each(REPLAY_OUTCOMES),
+    ),
+    "uploads": _Family(
+        "ops_worker_changes_uploads",
+        "changes bundle uploads before a close: stored, already_stored, refused",
+        ("result",),
+        _each(UPLOAD_RESULTS),
+    ),
+    "heartbeats": _Family(
+        "ops_worker_heartbeats",
+        "heartbeats by result: ok, failed (will retry), refused (the lease is lost)",
+        ("result",),
+        _each(HEARTBEAT_RESULTS),
+    ),
+    "egress": _Family(
+        "ops_worker_egress_connections",
+        "connections to sandboxes' egress proxies, by outcome (allowed, refused, failed)",
+        ("outcome",),
+        _each(_EGRESS_OUTCOMES),
+    ),
+    "egress_bytes": _Family(
+        "ops_worker_egress_bytes",
+        "bytes the egress proxies relayed, by direction (up: from the approach, down)",
+        ("direction",),
+        _each(_EGRESS_DIRECTIONS),
+    ),
+    "execution": _Family(
+        "ops_worker_execution_duration_seconds",
+        "seconds a run's execution took, by selection (profiled, legacy)",
+        ("selection",),
+        _each(SELECTIONS),
+        buckets=_EXECUTION_BUCKETS,
+    ),
+    "close": _Family(
+        "ops_worker_close_duration_seconds",
+        "seconds a run's close took (enqueue and delivery), by path (outbox, direct)",
+        ("path",),
+        _each(CLOSE_RESULTS),
+        buckets=_CLOSE_BUCKETS,
+    ),
+}
 
 
 class WorkerMetrics:
@@ -186,137 +271,58 @@ class WorkerMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         if store is not None:
             self.registry.register(OutboxCollector(store))
-        self._claims = Counter(
-            "ops_worker_claims",
-            "claim requests by result: claimed (a run), empty, error",
-            ["result"],
-            registry=self.registry,
-        )
-        self._skipped = Counter(
-            "ops_worker_turns_skipped",
-            "loop turns that claimed nothing on purpose, by reason",
-            ["reason"],
-            registry=self.registry,
-        )
-        self._runs = Counter(
-            "ops_worker_runs",
-            "claimed runs by how they ended",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self._failures = Counter(
-            "ops_worker_execution_failures",
-            "runs failed or refused, by reason",
-            ["reason"],
-            registry=self.registry,
-        )
-        self._closes = Counter(
-            "ops_worker_closes",
-            "runs' closes by path and result (the disposition when delivered)",
-            ["path", "result"],
-            registry=self.registry,
-        )
-        self._replays = Counter(
-            "ops_worker_outbox_replays",
-            "close outbox entries the worker loop's replay passes handled, by outcome",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self._uploads = Counter(
-            "ops_worker_changes_uploads",
-            "changes bundle uploads before a close: stored, already_stored, refused",
-            ["result"],
-            registry=self.registry,
-        )
-        self._heartbeats = Counter(
-            "ops_worker_heartbeats",
-            "heartbeats by result: ok, failed (will retry), refused (the lease is lost)",
-            ["result"],
-            registry=self.registry,
-        )
-        self._egress = Counter(
-            "ops_worker_egress_connections",
-            "connections to sandboxes' egress proxies, by outcome (allowed, refused, failed)",
-            ["outcome"],
-            registry=self.registry,
-        )
-        self._egress_bytes = Counter(
-            "ops_worker_egress_bytes",
-            "bytes the egress proxies relayed, by direction (up: from the approach, down)",
-            ["direction"],
-            registry=self.registry,
-        )
-        self._execution = Histogram(
-            "ops_worker_execution_duration_seconds",
-            "seconds a run's execution took, by selection (profiled, legacy)",
-            ["selection"],
-            buckets=_EXECUTION_BUCKETS,
-            registry=self.registry,
-        )
-        self._close = Histogram(
-            "ops_worker_close_duration_seconds",
-            "seconds a run's close took (enqueue and delivery), by path (outbox, direct)",
-            ["path"],
-            buckets=_CLOSE_BUCKETS,
-            registry=self.registry,
-        )
-        for result in CLAIM_RESULTS:
-            self._claims.labels(result=result)
-        for reason in SKIP_REASONS:
-            self._skipped.labels(reason=reason)
-        for outcome in RUN_OUTCOMES:
-            self._runs.labels(outcome=outcome)
-        for reason in FAILURE_REASONS:
-            self._failures.labels(reason=reason)
-        for path, results in CLOSE_RESULTS.items():
-            for close_result in results:
-                self._closes.labels(path=path, result=close_result)
-            self._close.labels(path=path)
-        for uploaded in UPLOAD_RESULTS:
-            self._uploads.labels(result=uploaded)
-        for heartbeat in HEARTBEAT_RESULTS:
-            self._heartbeats.labels(result=heartbeat)
-        for replayed in REPLAY_OUTCOMES:
-            self._replays.labels(outcome=replayed)
-        for selection in SELECTIONS:
-            self._execution.labels(selection=selection)
-        for egress in ("allowed", "refused", "failed"):
-            self._egress.labels(outcome=egress)
-        for direction in ("up", "down"):
-            self._egress_bytes.labels(direction=direction)
+        self._counters: dict[str, Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+        for key, family in _FAMILIES.items():
+            metric: Counter | Histogram
+            if family.buckets is None:
+                metric = self._counters[key] = Counter(
+                    family.name, family.documentation, family.labels, registry=self.registry
+                )
+            else:
+                metric = self._histograms[key] = Histogram(
+                    family.name,
+                    family.documentation,
+                    family.labels,
+                    buckets=family.buckets,
+                    registry=self.registry,
+                )
+            for values in family.series:
+                metric.labels(*values)
 
     def claim(self, result: ClaimResult) -> None:
-        self._claims.labels(result=result).inc()
+        self._counters["claims"].labels(result=result).inc()
 
     def turn_skipped(self, reason: SkipReason) -> None:
-        self._skipped.labels(reason=reason).inc()
+        self._counters["skipped"].labels(reason=reason).inc()
 
     def run_ended(self, outcome: RunOutcome) -> None:
-        self._runs.labels(outcome=outcome).inc()
+        self._counters["runs"].labels(outcome=outcome).inc()
 
     def execution_failed(self, reason: FailureReason) -> None:
-        self._failures.labels(reason=reason).inc()
+        self._counters["failures"].labels(reason=reason).inc()
 
     def replayed(self, report: ReplayReport) -> None:
         """One replay pass of the loop: each entry it handled, by what became of it."""
         for entry in report.outcomes:
-            self._replays.labels(outcome=entry.outcome).inc()
+            self._counters["replays"].labels(outcome=entry.outcome).inc()
 
     def changes_uploaded(self, result: str) -> None:
         """One changes upload (close_delivery.py); an unknown result counts as `other`."""
-        self._uploads.labels(result=result if result in UPLOAD_RESULTS else "other").inc()
+        known = result if result in UPLOAD_RESULTS else "other"
+        self._counters["uploads"].labels(result=known).inc()
 
     def heartbeat(self, result: HeartbeatResult) -> None:
-        self._heartbeats.labels(result=result).inc()
+        self._counters["heartbeats"].labels(result=result).inc()
 
     def egress_connection(self, record: ConnectionRecord) -> None:
         """One connection to an egress proxy, when it ended (sandbox/egress_log.py)."""
-        self._egress.labels(outcome=record.outcome).inc()
-        self._egress_bytes.labels(direction="up").inc(record.bytes_up)
-        self._egress_bytes.labels(direction="down").inc(record.bytes_down)
+        self._counters["egress"].labels(outcome=record.outcome).inc()
+        self._counters["egress_bytes"].labels(direction="up").inc(record.bytes_up)
+        self._counters["egress_bytes"].labels(direction="down").inc(record.bytes_down)
 
-    def executed(self, selection: Literal["profiled", "legacy"], seconds: float) -> None:
-        self._execution.labels(selection=selection).observe(seconds)
+    def executed(self, selection: Selection, seconds: float) -> None:
+        self._histograms["execution"].labels(selection=selection).observe(seconds)
 
     def closed(self, path: str, result: str, seconds: float) -> None:
         """One run's close. A result outside its path's list would be a new series per
@@ -324,11 +330,9 @@ class WorkerMetrics:
         known = CLOSE_RESULTS.get(path)
         if known is None:
             return
-        self._closes.labels(path=path, result=result if result in known else "other").inc()
-        self._close.labels(path=path).observe(seconds)
-
-
-UPLOAD_RESULTS = ("stored", "already_stored", "refused", "other")
+        counted = result if result in known else "other"
+        self._counters["closes"].labels(path=path, result=counted).inc()
+        self._histograms["close"].labels(path=path).observe(seconds)
 
 
 class OutboxCollector(Collector):
