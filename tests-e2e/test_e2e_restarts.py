@@ -68,7 +68,11 @@ def _marked(workers: list[ManagedProcess], what: str) -> set[str]:
     return {run_id for run_id, _attempt in approaches(workers, ended=what == "done")}
 
 
+# A worker's request that met the outage and succeeded on a retry leaves only the queue
+# client's "queue request retried" line: under load, the heartbeats and the close can all
+# be carried through the outage that way.
 _OUTAGE_SIGNS = (
+    "queue request retried",
     "heartbeat failed, will retry",
     "activity-core unreachable while replaying closes; not claiming",
     "close not delivered",
