@@ -130,7 +130,7 @@ def write_profiles(path: Path) -> Path:
         """
     )
     crash = commit_script(slow_attempt="1", seconds=60)
-    restart = commit_script(slow_attempt=None, seconds=8)
+    restart = commit_script(slow_attempt=None, seconds=12)
     stale = commit_script(slow_attempt="2", seconds=8)
     text = (
         "profiles:\n"

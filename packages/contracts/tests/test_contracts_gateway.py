@@ -162,6 +162,19 @@ def test_rejected_transaction_needs_no_evidence_ids() -> None:
     }
 
 
+def test_the_report_and_completeness_choices_match_the_consumer_allowlist() -> None:
+    """The two packages may not import each other, so each states these choices; this
+    holds the producer's Literals to the consumer's allowlist."""
+    from typing import get_args
+
+    from ops_contracts.gateway import ResultReport, ResultReportProblem, ToolEventsCompleteness
+    from ops_evidence import RESULT_REPORT, RESULT_REPORT_PROBLEMS, TOOL_EVENTS_COMPLETENESS
+
+    assert set(get_args(ResultReport)) == RESULT_REPORT
+    assert set(get_args(ResultReportProblem)) == RESULT_REPORT_PROBLEMS
+    assert set(get_args(ToolEventsCompleteness)) == TOOL_EVENTS_COMPLETENESS
+
+
 def test_network_egress_is_strict_and_matches_the_consumer_allowlist() -> None:
     from typing import get_args
 

@@ -30,7 +30,12 @@ from ops_evidence import (
 )
 from ops_evidence.egress import MAX_NETWORK_EGRESS_BYTES
 from ops_evidence.fields import bounded_list, git_object_id, repo_path
-from ops_testsupport.factories import EVIDENCE_IDENTIFIER_FIELDS, gateway_result, glas_evidence
+from ops_testsupport.factories import (
+    EVIDENCE_IDENTIFIER_FIELDS,
+    TRANSACTION_IDENTIFIER_FIELDS,
+    gateway_result,
+    glas_evidence,
+)
 
 GLAS_EVIDENCE: dict[str, Any] = glas_evidence()
 
@@ -393,18 +398,7 @@ EVIDENCE_KINDS = {
     "network_egress": "egress",
 }
 TRANSACTION_KINDS = {
-    **dict.fromkeys(
-        (
-            "transaction_id",
-            "correlation_id",
-            "baseline_digest",
-            "changes_digest",
-            "grant_id",
-            "acceptance_policy_id",
-            "external_metrics_id",
-        ),
-        "identifier",
-    ),
+    **dict.fromkeys(TRANSACTION_IDENTIFIER_FIELDS, "identifier"),
     "acceptance": "choice",
     "accepted_commits": "list",
     "accepted_paths": "list",

@@ -46,7 +46,7 @@ from ops_evidence import (
     sanitize_error,
     target_repo,
 )
-from ops_testsupport.factories import EVIDENCE_IDENTIFIER_FIELDS
+from ops_testsupport.factories import EVIDENCE_IDENTIFIER_FIELDS, TRANSACTION_IDENTIFIER_FIELDS
 
 BOUNDED = settings(max_examples=200, deadline=None)
 
@@ -178,18 +178,7 @@ VALID_EVIDENCE_SCALARS: dict[str, st.SearchStrategy[Any]] = {
     "artifact_refs": valid_list(valid_path),
 }
 VALID_TRANSACTION: dict[str, st.SearchStrategy[Any]] = {
-    **dict.fromkeys(
-        (
-            "transaction_id",
-            "correlation_id",
-            "baseline_digest",
-            "changes_digest",
-            "grant_id",
-            "acceptance_policy_id",
-            "external_metrics_id",
-        ),
-        valid_identifier,
-    ),
+    **dict.fromkeys(TRANSACTION_IDENTIFIER_FIELDS, valid_identifier),
     "acceptance": st.sampled_from(sorted(ACCEPTANCE)),
     "accepted_commits": valid_list(valid_git_id),
     "accepted_paths": valid_list(valid_path),
@@ -368,19 +357,7 @@ SCALAR_VALIDATORS: dict[str, Callable[[object], object]] = {
     "target_repo": target_repo,
 }
 EVIDENCE_VALIDATORS: dict[str, Callable[[object], object]] = {
-    **dict.fromkeys(
-        (
-            "request_id",
-            "contract_version",
-            "profile_ref",
-            "rein_id",
-            "rein_version",
-            "resolved_model",
-            "sandbox_profile",
-            "outcome",
-        ),
-        identifier,
-    ),
+    **dict.fromkeys(EVIDENCE_IDENTIFIER_FIELDS, identifier),
     "duration_s": non_negative_number,
     **dict.fromkeys(
         ("tokens_spent", "input_tokens", "output_tokens", "tool_events_count"), non_negative_int

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -418,50 +418,49 @@ def _pattern_segments(pattern: str) -> tuple[str, ...]:
 
 
 def _segments_match(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
-    # Greedy matching with backtracking to the last "**" only: O(len * len)
-    # however the pattern is written, unlike a regex translation, which can
-    # backtrack exponentially on patterns such as "**/a/**/a/**/a/…".
-    p = i = 0
-    star = -1
-    resume = 0
-    while i < len(path):
-        if p < len(pattern) and pattern[p] == _ANY_SEGMENTS:
-            star, resume = p, i
-            p += 1
-        elif p < len(pattern) and _glob_segment(pattern[p], path[i]):
-            p += 1
-            i += 1
-        elif star >= 0:
-            p = star + 1
-            resume += 1
-            i = resume
-        else:
-            return False
-    while p < len(pattern) and pattern[p] == _ANY_SEGMENTS:
-        p += 1
-    return p == len(pattern)
+    return _star_match(pattern, path, _ANY_SEGMENTS, _glob_segment)
 
 
 def _glob_segment(pattern: str, segment: str) -> bool:
-    # The same algorithm one level down: "*" is the star, "?" any one character.
+    # One level down, over characters: "*" is the star, "?" any one character.
     if _WILDCARD_CHARS.isdisjoint(pattern):
         return pattern == segment
+    return _star_match(pattern, segment, "*", _glob_character)
+
+
+def _glob_character(pattern: str, character: str) -> bool:
+    return pattern in ("?", character)
+
+
+def _star_match(
+    pattern: Sequence[str],
+    subject: Sequence[str],
+    star: str,
+    matches: Callable[[str, str], bool],
+) -> bool:
+    """Whether `subject` matches `pattern`, item by item: `star` stands for any run of
+    items (none included), any other pattern item for one item it `matches`.
+
+    Greedy matching with backtracking to the last star only: O(len * len) however the
+    pattern is written, unlike a regex translation, which can backtrack exponentially on
+    patterns such as "**/a/**/a/**/a/…".
+    """
     p = i = 0
-    star = -1
+    last_star = -1
     resume = 0
-    while i < len(segment):
-        if p < len(pattern) and pattern[p] == "*":
-            star, resume = p, i
+    while i < len(subject):
+        if p < len(pattern) and pattern[p] == star:
+            last_star, resume = p, i
             p += 1
-        elif p < len(pattern) and pattern[p] in ("?", segment[i]):
+        elif p < len(pattern) and matches(pattern[p], subject[i]):
             p += 1
             i += 1
-        elif star >= 0:
-            p = star + 1
+        elif last_star >= 0:
+            p = last_star + 1
             resume += 1
             i = resume
         else:
             return False
-    while p < len(pattern) and pattern[p] == "*":
+    while p < len(pattern) and pattern[p] == star:
         p += 1
     return p == len(pattern)

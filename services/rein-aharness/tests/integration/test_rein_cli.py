@@ -188,7 +188,13 @@ def test_replay_outage_keeps_pending_stops_early_and_exits_1(
     enqueue(run_id="run-b")
     with respx.mock(base_url=BASE) as router:
         router.post(url__regex=r".*/complete$").mock(side_effect=httpx.ConnectError("down"))
-        code, report = _json(capsys, "close-outbox", "replay", "--json")
+        code, out, err = _run(capsys, "close-outbox", "replay", "--json")
+    report = json.loads(out)
+    # the report alone on stdout; on stderr, the one retry of run-a's close, as a log line
+    retried = [json.loads(line) for line in err.splitlines()]
+    assert [(line["message"], line["run_id"]) for line in retried] == [
+        ("queue request retried", "run-a")
+    ]
     assert code == ExitCode.PENDING
     assert report["replay"]["stopped_early"] is True
     assert report["replay"]["failed"] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -265,6 +266,88 @@ async def test_a_transient_failure_followed_by_success_succeeds(
     response = await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert response.close_disposition is CloseDisposition.reconciled
     assert route.call_count == 3
+
+
+def _retry_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    """The queue client's retry records, as the fields their log line carries."""
+    return [
+        {
+            "level": record.levelname,
+            "message": record.getMessage(),
+            **{
+                key: getattr(record, key, None)
+                for key in ("request", "run_id", "request_attempt", "reason")
+            },
+        }
+        for record in caplog.records
+        if record.name == "rein_aharness.adapters.queue_client"
+    ]
+
+
+async def test_a_retried_request_logs_one_warning_line_per_retry(
+    router: respx.MockRouter,
+    client: ActivityCoreQueueClient,
+    projection: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    router.post(f"/ops-runs/{RUN}/heartbeat").mock(
+        side_effect=[
+            httpx.ConnectError("refused"),
+            httpx.Response(503, json={"code": "unavailable", "detail": "SECRET detail"}),
+            httpx.Response(200, json=projection()),
+        ]
+    )
+    caplog.set_level(logging.INFO, logger="rein_aharness")
+    await client.heartbeat(RUN, WORKER, attempt=1)
+    assert _retry_lines(caplog) == [
+        {
+            "level": "WARNING",
+            "message": "queue request retried",
+            "request": "POST /ops-runs/{id}/heartbeat",
+            "run_id": RUN,
+            "request_attempt": 1,
+            "reason": "activity-core unreachable: ConnectError",
+        },
+        {
+            "level": "WARNING",
+            "message": "queue request retried",
+            "request": "POST /ops-runs/{id}/heartbeat",
+            "run_id": RUN,
+            "request_attempt": 2,
+            "reason": "activity-core answered 503 unavailable",
+        },
+    ]
+    assert "SECRET" not in caplog.text and "s3cret-token" not in caplog.text
+
+
+async def test_retries_of_a_claim_and_a_changes_upload_are_logged_by_their_kind(
+    router: respx.MockRouter, client: ActivityCoreQueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    router.post("/ops-runs/claim").mock(
+        side_effect=[httpx.ReadTimeout("slow"), httpx.Response(200, json={"runs": []})]
+    )
+    router.put(f"/ops-runs/{RUN}/changes").mock(side_effect=httpx.ConnectError("refused"))
+    caplog.set_level(logging.INFO, logger="rein_aharness")
+    await client.claim(WORKER)
+    with pytest.raises(QueueTransportError):
+        await client.put_changes(RUN, WORKER, b"bundle", "sha256:x", attempt=1)
+    assert [
+        (line["request"], line["run_id"], line["request_attempt"]) for line in _retry_lines(caplog)
+    ] == [
+        ("POST /ops-runs/claim", None, 1),
+        # the last attempt is not retried: it raises, and says so itself
+        *[("PUT /ops-runs/{id}/changes", RUN, n) for n in range(1, FAST.attempts)],
+    ]
+
+
+async def test_a_request_that_is_not_retried_logs_nothing(
+    router: respx.MockRouter, client: ActivityCoreQueueClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_refusal("expired_lease"))
+    caplog.set_level(logging.INFO, logger="rein_aharness")
+    with pytest.raises(CloseRefusedError):
+        await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
+    assert _retry_lines(caplog) == []
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Self
+from typing import IO, Self, TypedDict, Unpack
 
 from ops_devsupport.console_scripts import console_script, run_console_script
 from ops_devsupport.leftovers import LIVE
@@ -69,6 +69,7 @@ __all__ = [
     "ManagedProcess",
     "Probe",
     "ProcessFailed",
+    "ProcessOptions",
     "Supervisor",
     "alive",
     "all_of",
@@ -326,6 +327,17 @@ class ManagedProcess:
 # -- the supervisor -------------------------------------------------------------------
 
 
+class ProcessOptions(TypedDict, total=False):
+    """What `Supervisor.process` (and `start`) take besides a name and an argv."""
+
+    env: Mapping[str, str] | None
+    cwd: Path | None
+    ready: Probe | None
+    ready_timeout: float | None
+    stop_timeout: float | None
+    stop_signal: signal.Signals
+
+
 class Supervisor:
     """Starts processes with logs under `log_dir`; stops them all (newest first) on exit."""
 
@@ -400,24 +412,12 @@ class Supervisor:
         name: str,
         argv: Sequence[str],
         *,
-        env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
-        ready: Probe | None = None,
-        ready_timeout: float | None = None,
-        stop_timeout: float | None = None,
         wait: bool = True,
+        **options: Unpack[ProcessOptions],
     ) -> ManagedProcess:
-        """Register and start a process; with `wait`, until it is ready."""
-        process = self.process(
-            name,
-            argv,
-            env=env,
-            cwd=cwd,
-            ready=ready,
-            ready_timeout=ready_timeout,
-            stop_timeout=stop_timeout,
-        )
-        return process.start(wait=wait)
+        """Register and start a process (`process`'s options); with `wait`, until it is
+        ready."""
+        return self.process(name, argv, **options).start(wait=wait)
 
     def run(
         self,

@@ -13,6 +13,7 @@ from ops_evidence.fields import bounded_list, git_object_id, repo_path
 __all__ = [
     "EVIDENCE_IDENTIFIER_FIELDS",
     "RUN_ID",
+    "TRANSACTION_IDENTIFIER_FIELDS",
     "WORKER",
     "gateway_result",
     "glas_evidence",
@@ -34,6 +35,16 @@ EVIDENCE_IDENTIFIER_FIELDS = (
     "resolved_model",
     "sandbox_profile",
     "outcome",
+)
+# The repository transaction's fields the allowlist keeps as identifiers, likewise.
+TRANSACTION_IDENTIFIER_FIELDS = (
+    "transaction_id",
+    "correlation_id",
+    "baseline_digest",
+    "changes_digest",
+    "grant_id",
+    "acceptance_policy_id",
+    "external_metrics_id",
 )
 
 

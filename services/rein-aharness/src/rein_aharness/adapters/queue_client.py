@@ -29,11 +29,18 @@ must say which attempt (a keyword without a default); a close may pass None only
 outbox record that never knew its attempt, and is then sent without one. A claimed run
 whose `attempt` is not a positive attempt is not the documented answer
 (QueueProtocolError): nothing it did could be fenced.
+
+Each retry is one WARNING line, `queue request retried`, with the request's kind
+(`request`: `POST /ops-runs/{id}/complete`), its `run_id` when it has one, the number of
+the attempt that failed (`request_attempt`, from 1) and the `reason` (the transient
+error's message: a status and a code, never a body or the token). A retry that then
+succeeds would otherwise leave no trace of the outage it rode out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
@@ -81,6 +88,8 @@ class ChangesStored(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger(__name__)
 
 # A claim may long-poll for up to wait_seconds; the read timeout must outlast it.
 _LONG_POLL_MARGIN_SECONDS = 10.0
@@ -144,7 +153,7 @@ class ActivityCoreQueueClient:
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         timeout = max(self._timeout, wait_seconds + _LONG_POLL_MARGIN_SECONDS)
-        response = await self._post("/ops-runs/claim", body, ClaimResponse, timeout=timeout)
+        response = await self._post("claim", body, ClaimResponse, timeout=timeout)
         for run in response.runs:
             try:
                 _ATTEMPT.validate_python(run.attempt, strict=True)
@@ -160,14 +169,14 @@ class ActivityCoreQueueClient:
         body: dict[str, Any] = {"worker_id": worker_id, "attempt": attempt}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
-        return await self._post(_run_path(run_id, "heartbeat"), body, OpsRun)
+        return await self._post("heartbeat", body, OpsRun, run_id=run_id)
 
     async def complete(
         self, run_id: str, worker_id: str, result: dict[str, Any], *, attempt: int | None
     ) -> CloseResponse:
         body: dict[str, Any] = {"worker_id": worker_id, "result": result}
         _add_attempt(body, attempt)
-        return await self._post(_run_path(run_id, "complete"), body, CloseResponse, close=True)
+        return await self._post("complete", body, CloseResponse, run_id=run_id, close=True)
 
     async def fail(
         self,
@@ -183,7 +192,7 @@ class ActivityCoreQueueClient:
         if result is not None:
             body["result"] = result
         _add_attempt(body, attempt)
-        return await self._post(_run_path(run_id, "fail"), body, CloseResponse, close=True)
+        return await self._post("fail", body, CloseResponse, run_id=run_id, close=True)
 
     async def put_changes(
         self, run_id: str, worker_id: str, bundle: bytes, digest: str, *, attempt: int
@@ -221,19 +230,23 @@ class ActivityCoreQueueClient:
                 return response.status_code, stored
             raise _translate_refusal(response, close=False, changes=True)
 
-        return await with_retries(self._retry, once)
+        return await with_retries(self._retry, once, on_retry=_log_retry("PUT", "changes", run_id))
 
     # -- plumbing --------------------------------------------------------------------
 
     async def _post(
         self,
-        path: str,
+        action: str,
         body: dict[str, Any],
         model: type[M],
         *,
+        run_id: str | None = None,
         close: bool = False,
         timeout: float | None = None,
     ) -> M:
+        """POST `/ops-runs/{action}`, or `/ops-runs/{run_id}/{action}` for a run's."""
+        path = f"/ops-runs/{action}" if run_id is None else _run_path(run_id, action)
+
         async def once() -> M:
             try:
                 response = await self._http.post(
@@ -257,7 +270,7 @@ class ActivityCoreQueueClient:
                     ) from exc
             raise _translate_refusal(response, close=close)
 
-        return await with_retries(self._retry, once)
+        return await with_retries(self._retry, once, on_retry=_log_retry("POST", action, run_id))
 
 
 def _add_attempt(body: dict[str, Any], attempt: int | None) -> None:
@@ -267,6 +280,25 @@ def _add_attempt(body: dict[str, Any], attempt: int | None) -> None:
 
 def _run_path(run_id: str, action: str) -> str:
     return f"/ops-runs/{quote(run_id, safe='')}/{action}"
+
+
+def _log_retry(
+    method: str, action: str, run_id: str | None
+) -> Callable[[int, BaseException], None]:
+    request = f"{method} /ops-runs/" + ("" if run_id is None else "{id}/") + action
+
+    def retried(attempt: int, error: BaseException) -> None:
+        log.warning(
+            "queue request retried",
+            extra={
+                "request": request,
+                "run_id": run_id,
+                "request_attempt": attempt,
+                "reason": str(error),
+            },
+        )
+
+    return retried
 
 
 def _refusal_field(response: httpx.Response, name: str, limit: int) -> str | None:

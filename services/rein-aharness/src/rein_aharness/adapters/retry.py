@@ -3,6 +3,10 @@
 By default only `QueueTransientError` (transport failure, 5xx) is retried; other peers
 pass their own transient error types. A conclusive refusal, an auth failure or an
 unclassified rejection is raised at once: repeating the request cannot change the answer.
+
+`on_retry`, when given, hears of each failed attempt that is about to be retried (its
+number, from 1, and what it raised), so a caller can say so: a retry that succeeds is
+otherwise silent, and an outage it rode out leaves no trace.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TypeVar
 
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
     wait_random_exponential,
@@ -45,11 +50,18 @@ async def with_retries(
     call: Callable[[], Awaitable[T]],
     *,
     retry_on: tuple[type[BaseException], ...] = (QueueTransientError,),
+    on_retry: Callable[[int, BaseException], None] | None = None,
 ) -> T:
+    def before_sleep(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if on_retry is not None and error is not None:
+            on_retry(state.attempt_number, error)
+
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.attempts),
         wait=wait_random_exponential(multiplier=policy.initial_wait, max=policy.max_wait),
         retry=retry_if_exception_type(retry_on),
+        before_sleep=before_sleep,
         reraise=True,
     )
     async for attempt in retrying:
