@@ -150,6 +150,7 @@ class LocalGlasGateway:
                 request.run.target_repo,
                 worktree_name(request),
                 self._source,
+                log_fields={"run_id": request.run_id, "attempt": request.run.attempt},
             )
             async with session as opened:
                 return await self._work(request, opened, brief_path, started, secrets)

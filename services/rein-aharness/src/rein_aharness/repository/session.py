@@ -13,7 +13,7 @@ work stays.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,20 +53,29 @@ async def worktree_session(
     target_repo: str,
     name: str,
     source: RemoteSource | None = None,
+    *,
+    log_fields: Mapping[str, object] | None = None,
 ) -> AsyncIterator[WorktreeSession]:
     """Raises RepositoryNotFound (or, with a `source`, FetchFailed) before anything is
     created when the target is unusable (a new mirror stays: it is empty, and the next
-    attempt fetches into it)."""
+    attempt fetches into it).
+
+    `log_fields` (the run's `run_id` and `attempt`) go on the session's INFO lines,
+    "repository fetched" (remote mode) and "worktree ready": the ends of two phases of
+    bench/fire_to_start.py's fire-to-start latency."""
+    fields = dict(log_fields or {})
     baseline: str | None = None
     if source is None:
         repository = await resolve_repository(repositories_root, target_repo)
     else:
         repository = await ensure_mirror(repositories_root, target_repo)
         baseline = await fetch_baseline(repository, source)
+        log.info("repository fetched", extra={**fields, "baseline": baseline})
     refs_before = await snapshot_refs(repository)
     workspace = await open_workspace(repository, worktrees_root, name, baseline)
     try:
         metadata_before = await anyio.to_thread.run_sync(snapshot_metadata, workspace)
+        log.info("worktree ready", extra=fields)
         yield WorktreeSession(repository, workspace, refs_before, metadata_before)
     finally:
         with anyio.CancelScope(shield=True):

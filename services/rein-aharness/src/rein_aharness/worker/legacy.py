@@ -83,6 +83,7 @@ class LegacyRunner:
                 run.target_repo,
                 f"{run.id}.{run.attempt}",
                 self._source,
+                log_fields={"run_id": str(run.id), "attempt": run.attempt},
             )
             async with session as opened:
                 sandbox = await sandbox_over(opened.workspace, selection.sandbox, self._bwrap)

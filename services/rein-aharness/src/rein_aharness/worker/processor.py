@@ -151,6 +151,10 @@ class RunProcessor:
             return RunReport(run_id, "refused", close)
 
         if isinstance(selection, Profiled):
+            log.info(
+                "profile resolved",
+                extra={"run_id": run_id, "attempt": run.attempt, "profile": selection.profile.ref},
+            )
             request = QueuedRequest(run, selection.profile, selection.grant, selection.sandbox)
             executed, lost = await self._leased(
                 run, "profiled", lambda: self._gateway.execute(request), claim_sent_at
