@@ -61,13 +61,11 @@ import json
 import math
 import os
 import platform
-import secrets
 import shlex
 import shutil
 import signal
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -80,34 +78,25 @@ import anyio
 import asyncpg
 import httpx
 
+from fire_bench_stack import (
+    DEFAULT_SERVER,
+    POLL_SECONDS,
+    SANDBOX,
+    SLUG,
+    WORKER_ID,
+    BenchError,
+    Deployment,
+    start,
+)
 from ops_demo.api import ApiError, OpsApi
-from ops_demo.repository import GitFailed, init_bare_repository
+from ops_demo.repository import GitFailed
 from ops_demo.stack import (
-    ActivityCoreConfig,
-    WorkerConfig,
-    activity_core_migrate,
-    activity_core_serve,
-    activity_core_temporal_worker,
     base_environment,
-    rein_worker,
-    sync_definitions,
-    temporal_dev_server,
 )
 from ops_devsupport.processes import ManagedProcess, ProcessFailed, Supervisor
 from ops_testsupport.databases import create_database, database_name, drop_database
 from rein_aharness.profiles import BUILTIN_SANDBOXES, SandboxChoice
 from rein_aharness.sandbox import probe_sandbox, resolve_bwrap
-
-SLUG = "fire-to-start"
-LABEL = "fire-to-start"
-TARGET_REPO = "bench/fire-to-start"
-PROFILE = "harness.fire-to-start"
-SANDBOX = "profile.bwrap-local"
-WORKER_ID = "fire-to-start"
-DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
-# the worker's long poll: a fire finds it waiting in a claim, as an idle worker is
-WAIT_SECONDS = 10
-POLL_SECONDS = 0.02
 
 # (name, from, to): the rows printed, in order; a name starting with spaces is a sub-phase
 PHASES: tuple[tuple[str, str, str], ...] = (
@@ -129,10 +118,6 @@ PHASES: tuple[tuple[str, str, str], ...] = (
 
 # the worker's lines that end a phase, each with the ops run's run_id and attempt
 WORKER_MARKS = ("claimed run", "profile resolved", "repository fetched", "worktree ready")
-
-
-class BenchError(Exception):
-    """The bench cannot go on; the message says why in one line (and where to look)."""
 
 
 @dataclass
@@ -191,114 +176,6 @@ def approach_time(output: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-# -- the deployment --------------------------------------------------------------------
-
-
-def write_catalogue(path: Path, date: str) -> Path:
-    path.write_text(
-        textwrap.dedent(
-            f"""\
-            profiles:
-              - id: {PROFILE}
-                version: 1.0.0
-                approach: command
-                command:
-                  argv: [{json.dumps(date)}, "+%s.%N"]
-                  timeout_s: 30
-                  env_allowlist: [PATH]
-                sandbox_profile: {SANDBOX}
-                resolved_model: null
-                rein: {{id: rein-aharness, version: 0.1.0}}
-            """
-        ),
-        encoding="utf-8",
-    )
-    return path
-
-
-def write_definitions(directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    (directory / f"{SLUG}.yaml").write_text(
-        textwrap.dedent(
-            f"""\
-            id: {SLUG}
-            title: Fire-to-start latency bench
-            rules:
-              - id: start
-                action:
-                  task_template: "fire-to-start {{scheduled_for:%Y-%m-%d}}"
-                  description_template: "bench/fire_to_start.py: an approach that only starts."
-                  target_repo: {TARGET_REPO}
-                  labels: [{LABEL}]
-                  priority: medium
-                  harness_profile_ref: {PROFILE}@1.0.0
-            """
-        ),
-        encoding="utf-8",
-    )
-    return directory
-
-
-@dataclass
-class Deployment:
-    sup: Supervisor
-    config: ActivityCoreConfig
-    url: str
-    serve: ManagedProcess
-    temporal_worker: ManagedProcess
-    worker: ManagedProcess
-
-
-def start(sup: Supervisor, root: Path, dsn: str, date: str) -> Deployment:
-    temporal, temporal_address = temporal_dev_server(sup, root / "temporal", wait=False)
-    forge = root / "forge"
-    init_bare_repository(
-        forge / f"{TARGET_REPO}.git",
-        {"README.md": "# fire-to-start\n"},
-        message="fire-to-start: the bench's target repository",
-    )
-    config = ActivityCoreConfig(
-        database_url=dsn,
-        temporal_address=temporal_address,
-        operator_token=secrets.token_urlsafe(24),
-        worker_token=secrets.token_urlsafe(24),
-        worker_id=WORKER_ID,
-    )
-    activity_core_migrate(sup, config)
-    temporal.wait_ready()
-    serve, url = activity_core_serve(sup, config, wait=False)
-    temporal_worker = activity_core_temporal_worker(sup, config, wait=False)
-    assert config.worker_token is not None
-    mirrors = root / "mirrors"
-    mirrors.mkdir()
-    worker = rein_worker(
-        sup,
-        WorkerConfig(
-            activity_core_url=url,
-            worker_id=WORKER_ID,
-            worker_token=config.worker_token,
-            state_dir=root / "worker",
-            profiles=write_catalogue(root / "profiles.yaml", date),
-            repositories_root=mirrors,
-            repository_url=f"file://{forge}/{{target_repo}}.git",
-            wait_seconds=WAIT_SECONDS,
-            backoff_seconds=0.5,
-            shutdown_grace_seconds=2,
-            log_level="DEBUG",  # "command finished" carries the approach's output
-        ),
-        name="rein-aharness-worker",
-        labels=[LABEL],
-        wait=False,
-    )
-    serve.wait_ready()
-    temporal_worker.wait_ready()
-    worker.wait_ready()
-    synced = sync_definitions(sup, config, [write_definitions(root / "definitions")])
-    if "definitions synced" not in synced.output:
-        raise BenchError(f"sync-definitions did not sync: {synced.output.strip()[-300:]}")
-    return Deployment(sup, config, url, serve, temporal_worker, worker)
 
 
 # -- firing ----------------------------------------------------------------------------
