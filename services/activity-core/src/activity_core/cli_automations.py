@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any, TextIO
-
-import httpx
+from typing import Any
 
 from activity_core.operator.api_cli import (
     EXIT_OK,
@@ -34,11 +31,11 @@ from activity_core.operator.api_cli import (
     Api,
     Command,
     Io,
-    Parser,
+    OperatorCli,
     cut,
+    operator_parser,
     print_json,
     print_table,
-    run_cli,
 )
 
 __all__ = ["main"]
@@ -170,13 +167,12 @@ def _param(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog=PROG, description="operator actions on automations")
-    parser.add_argument("--url", help=f"the API (default ${URL_VARIABLE})")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    parser, subcommand = operator_parser(
+        PROG, "operator actions on automations", url_help=f"the API (default ${URL_VARIABLE})"
+    )
 
     def command(name: str, help: str, *, automation: bool = True) -> argparse.ArgumentParser:
-        one = sub.add_parser(name, help=help)
-        one.add_argument("--json", action="store_true", help="print the API's JSON")
+        one = subcommand(name, help)
         if automation:
             one.add_argument("automation", metavar="AUTOMATION", help="slug or UUID")
         return one
@@ -200,16 +196,4 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    environ: dict[str, str] | None = None,
-    transport: httpx.BaseTransport | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """Run one `activity-core automations` command; the exit code. `environ`, `transport`
-    and the streams default to the process's (tests inject theirs)."""
-    return run_cli(
-        build_parser(), COMMANDS, argv, environ=environ, transport=transport, out=out, err=err
-    )
+main = OperatorCli(build_parser, COMMANDS)

@@ -39,11 +39,12 @@ __all__ = [
     "CliError",
     "Command",
     "Io",
+    "OperatorCli",
     "Parser",
     "cut",
+    "operator_parser",
     "print_json",
     "print_table",
-    "run_cli",
 ]
 
 EXIT_OK = 0
@@ -187,37 +188,62 @@ def _base_url(flag: str | None, environ: dict[str, str]) -> str:
     return url.rstrip("/")
 
 
-def run_cli(
-    parser: argparse.ArgumentParser,
-    commands: Mapping[str, Command],
-    argv: Sequence[str] | None,
-    *,
-    environ: dict[str, str] | None,
-    transport: httpx.BaseTransport | None,
-    out: TextIO | None,
-    err: TextIO | None,
-) -> int:
-    """Parse `argv`, find the API and the token, run the command; its exit code, or a
-    one-line error on stderr (`<prog>: ...`) and that error's code."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    env = dict(os.environ if environ is None else environ)
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-        base_url = _base_url(args.url, env)
-        token = _token(env)
-        with httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=TIMEOUT_SECONDS,
-            transport=transport,
-        ) as http:
-            return commands[args.command](Api(http), args, Io(out, err))
-    except CliError as exc:
-        err.write(f"{parser.prog}: {exc}\n")
-        return exc.code
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
+def operator_parser(
+    prog: str, description: str, *, url_help: str
+) -> tuple[argparse.ArgumentParser, Callable[[str, str], argparse.ArgumentParser]]:
+    """An operator CLI's parser with `--url`, and how to add a subcommand to it (each
+    with `--json`)."""
+    parser = Parser(prog=prog, description=description)
+    parser.add_argument("--url", help=url_help)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        one = sub.add_parser(name, help=help)
+        one.add_argument("--json", action="store_true", help="print the API's JSON")
+        return one
+
+    return parser, command
+
+
+@dataclass(frozen=True)
+class OperatorCli:
+    """The `main` of an operator CLI: its parser and its commands."""
+
+    build_parser: Callable[[], argparse.ArgumentParser]
+    commands: Mapping[str, Command]
+
+    def __call__(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        environ: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> int:
+        """Parse `argv`, find the API and the token, run the command; its exit code, or a
+        one-line error on stderr (`<prog>: ...`) and that error's code. `environ`,
+        `transport` and the streams default to the process's (tests inject theirs)."""
+        out = out or sys.stdout
+        err = err or sys.stderr
+        env = dict(os.environ if environ is None else environ)
+        parser = self.build_parser()
+        try:
+            args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+            base_url = _base_url(args.url, env)
+            token = _token(env)
+            with httpx.Client(
+                base_url=base_url,
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=TIMEOUT_SECONDS,
+                transport=transport,
+            ) as http:
+                return self.commands[args.command](Api(http), args, Io(out, err))
+        except CliError as exc:
+            err.write(f"{parser.prog}: {exc}\n")
+            return exc.code
+        except SystemExit as exc:  # --help
+            return int(exc.code or 0)
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from collections.abc import Sequence
-from typing import Any, TextIO
-
-import httpx
+from typing import Any
 
 from activity_core.operator.api_cli import (
     DEFAULT_URL,
@@ -48,11 +45,11 @@ from activity_core.operator.api_cli import (
     CliError,
     Command,
     Io,
-    Parser,
+    OperatorCli,
     cut,
+    operator_parser,
     print_json,
     print_table,
-    run_cli,
 )
 
 __all__ = [
@@ -360,15 +357,11 @@ def _run_id(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="activity-core runs", description="operator actions on ops runs")
-    parser.add_argument("--url", help=f"the API (default ${URL_VARIABLE}, else {DEFAULT_URL})")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        one = sub.add_parser(name, help=help)
-        one.add_argument("--json", action="store_true", help="print the API's JSON")
-        return one
-
+    parser, command = operator_parser(
+        "activity-core runs",
+        "operator actions on ops runs",
+        url_help=f"the API (default ${URL_VARIABLE}, else {DEFAULT_URL})",
+    )
     listing = command("list", "runs newest first, filtered (or the dead letter)")
     listing.add_argument("--state", choices=["open", "claimed", "succeeded", "failed", "expired"])
     listing.add_argument("--automation", help="slug or UUID")
@@ -405,19 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    environ: dict[str, str] | None = None,
-    transport: httpx.BaseTransport | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    """Run one `activity-core runs` command; the exit code. `environ`, `transport` and the
-    streams default to the process's (tests inject theirs)."""
-    return run_cli(
-        build_parser(), COMMANDS, argv, environ=environ, transport=transport, out=out, err=err
-    )
+main = OperatorCli(build_parser, COMMANDS)
 
 
 # -- output -------------------------------------------------------------------------------------
