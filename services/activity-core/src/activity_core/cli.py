@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import asyncpg
 
+from activity_core.command_failure import fail
 from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.migrate import MigrationError, migrate
 from activity_core.logs import configure_logging
@@ -258,17 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     configure_logging(settings.log_level)
     try:
         return COMMANDS[args.command](settings, args)
     except SettingsError as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except CommandError as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     except KeyboardInterrupt:
         return 130
 

@@ -10,10 +10,10 @@ line saying why, exit 1.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from activity_core.command_failure import fail, no_database
 from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.queue.errors import DatabaseUnavailable
@@ -62,14 +62,9 @@ def run_retry_command(
         with database() as dsn:
             result = asyncio.run(_retry(settings, dsn, automation, fire))
     except (AutomationNotFound, FireNotFound, AutomationPaused, TemporalUnavailable) as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     except _NO_DATABASE as exc:
-        print(
-            f"activity-core: cannot connect to the database: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
+        return no_database(exc)
     print(
         f"activity-core: retrying fire {fire} of {automation}: "
         f"workflow {result.workflow_id}, run {result.run_id}",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
@@ -26,6 +25,7 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from activity_core.command_failure import fail, no_database
 from activity_core.db.errors import DATABASE_FAILURES
 from activity_core.db.pool import create_pool
 from activity_core.emission.sink import IssueSink, build_issue_sink
@@ -182,8 +182,7 @@ def run_worker_command(
         runtime = metrics_runtime(settings)
         sink = build_issue_sink(settings)
     except SettingsError as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     if runtime is not None:
         # Every client this process connects uses the default runtime, so the SDK's
         # metrics of the worker below are served from here.
@@ -192,15 +191,9 @@ def run_worker_command(
         with database() as dsn:
             asyncio.run(_main(settings, dsn, sink))
     except SettingsError as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except TemporalUnavailable as exc:
-        print(f"activity-core: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     except DATABASE_FAILURES as exc:
-        print(
-            f"activity-core: cannot connect to the database: {type(exc).__name__}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
+        return no_database(exc)
     return 0
