@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import uuid
 import zoneinfo
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -155,26 +155,23 @@ def _timezone(value: str) -> str:
     return value
 
 
-def _profile_ref(value: str) -> str:
-    problem = harness_profile_ref_error(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
-
-
 def _target_repo(value: str) -> str:
     if not _TARGET_REPO.fullmatch(value) or ".." in value:
         raise ValueError("must be <org>/<repo> (letters, digits, '.', '_', '-')")
     return value
 
 
-def _label(value: str) -> str:
-    # the one label grammar (ops_contracts.Label), so whatever a definition declares can
-    # be claimed and listed by
-    problem = label_error(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
+def _contract_grammar(problem_of: Callable[[str], str | None]) -> AfterValidator:
+    """A value checked by ops_contracts' own grammar (`problem_of` names what is wrong, or
+    None), so a definition accepts exactly what the queue's API accepts."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
 def _unique_labels(value: tuple[str, ...]) -> tuple[str, ...]:
@@ -249,9 +246,11 @@ TaskTemplate = Annotated[StrictStr, _template(_MAX_TASK_TEMPLATE)]
 DescriptionTemplate = Annotated[StrictStr, _template(_MAX_DESCRIPTION_TEMPLATE)]
 Cron = Annotated[StrictStr, AfterValidator(_cron)]
 TimeZone = Annotated[StrictStr, AfterValidator(_timezone)]
-ProfileRef = Annotated[StrictStr, AfterValidator(_profile_ref)]
+ProfileRef = Annotated[StrictStr, _contract_grammar(harness_profile_ref_error)]
 TargetRepo = Annotated[StrictStr, AfterValidator(_target_repo)]
-Label = Annotated[StrictStr, AfterValidator(_label)]
+# the one label grammar (ops_contracts.Label), so whatever a definition declares can be
+# claimed and listed by
+Label = Annotated[StrictStr, _contract_grammar(label_error)]
 Labels = Annotated[tuple[Label, ...], AfterValidator(_unique_labels)]
 ExecutionRefs = Annotated[dict[str, str | list[str]], PlainValidator(_execution_refs)]
 
