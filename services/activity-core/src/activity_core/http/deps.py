@@ -73,22 +73,21 @@ _settings = _from_state("settings", ActivityCoreSettings)
 # per claim than the queue's own code (benchmark profile).
 
 
-def worker_token_of(request: Request) -> str | None:
+def _token_of(request: Request, own_header: str, other_header: str) -> str | None:
     headers = request.headers
     return (
-        headers.get("x-worker-token")
+        headers.get(own_header)
         or bearer_token(headers.get("authorization"))
-        or headers.get("x-operator-token")
+        or headers.get(other_header)
     )
+
+
+def worker_token_of(request: Request) -> str | None:
+    return _token_of(request, "x-worker-token", "x-operator-token")
 
 
 def operator_token_of(request: Request) -> str | None:
-    headers = request.headers
-    return (
-        headers.get("x-operator-token")
-        or bearer_token(headers.get("authorization"))
-        or headers.get("x-worker-token")
-    )
+    return _token_of(request, "x-operator-token", "x-worker-token")
 
 
 async def _operator_token(request: Request) -> str | None:
