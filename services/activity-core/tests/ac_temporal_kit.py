@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from temporalio.client import Client, WorkflowHandle
@@ -168,6 +168,25 @@ async def temporal_app(temporal: TemporalHarness, app_factory: Any, **env: Any) 
     }
     api: AppClient = await app_factory(**settings)
     return api
+
+
+class AutomationApp(NamedTuple):
+    spec: ActivityDefinitionSpec
+    api: AppClient
+    operator: dict[str, str]
+    path: str
+    """`/ops/automations/<slug>`: the automation's resource, `/pause` and the rest below it."""
+
+
+async def automation_app(
+    temporal: TemporalHarness, app_factory: Any, **definition_kw: Any
+) -> AutomationApp:
+    """Where an /ops/automations test starts: `temporal.define(**definition_kw)`, then an app
+    on the harness's Temporal (`temporal_app`), its operator headers and the automation's
+    path."""
+    spec = await temporal.define(**definition_kw)
+    api = await temporal_app(temporal, app_factory)
+    return AutomationApp(spec, api, api.operator_headers(), f"/ops/automations/{spec.id}")
 
 
 # What a test may put in the worker instead of the real activities (given the harness and
