@@ -693,44 +693,16 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     """The body guard and the routes find a route's credential in its declaration: a route
     of the API that declared none would word a malformed request before asking who sent
     it. The UI pages (a login redirect) and the health endpoints take none."""
+    from ac_routers import APP_ROUTERS
     from fastapi.routing import APIRoute
 
     from ac_testkit import settings_env
-    from activity_core.http import (
-        routes_automation_pause,
-        routes_automations,
-        routes_changes,
-        routes_changes_upload,
-        routes_fire,
-        routes_health,
-        routes_operator,
-        routes_publication,
-        routes_queue,
-        routes_ui,
-        routes_ui_actions,
-        routes_ui_runs,
-    )
     from activity_core.http.app import create_app
     from activity_core.http.credentials import Credential, CredentialTable, credential_of
     from activity_core.settings import load_settings
 
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
-    routers = (
-        routes_queue.router,
-        routes_changes_upload.router,
-        routes_operator.runs_router,
-        routes_operator.router,
-        routes_changes.router,
-        routes_automations.router,
-        routes_fire.router,
-        routes_publication.router,
-        routes_automation_pause.router,
-        routes_ui.router,
-        routes_ui_runs.router,
-        routes_ui_actions.router,
-        routes_health.router,
-    )
-    routes = [r for router in routers for r in router.routes if isinstance(r, APIRoute)]
+    routes = [r for router in APP_ROUTERS for r in router.routes if isinstance(r, APIRoute)]
     worker = {
         ("POST", "/ops-runs/claim"),
         ("POST", "/ops-runs/{run_id}/heartbeat"),
