@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -101,6 +102,20 @@ async def call_operator(
     if endpoint == "get":
         return await http.get(f"/ops-runs/{run_id}", headers=headers or {})
     return await http.post("/ops-runs/expire-leases", headers=headers or {})
+
+
+async def accepted_through_each_header(
+    seeded: SeededQueue,
+    styles: tuple[str, ...],
+    call: Callable[[Rows, str], Awaitable[httpx.Response]],
+) -> AsyncIterator[tuple[Rows, httpx.Response]]:
+    """For each header style in turn: fresh rows, `call` with them and the style, answered
+    200; the rows and the answer, checked before the next style's rows are seeded."""
+    for style in styles:
+        rows = await seed_rows(seeded)
+        response = await call(rows, style)
+        assert response.status_code == 200, f"{style}: {response.text}"
+        yield rows, response
 
 
 def worker_header(style: str, token: str) -> dict[str, str]:
@@ -208,12 +223,11 @@ async def test_worker_endpoint_refusals_change_no_row(
 async def test_worker_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    for style in WORKER_HEADERS:
-        rows = await seed_rows(seeded)
-        response = await call_worker(
-            api.http, endpoint, rows.claimed, headers=worker_header(style, WORKER_TOKEN)
-        )
-        assert response.status_code == 200, f"{style}: {response.text}"
+    async def call(rows: Rows, style: str) -> httpx.Response:
+        headers = worker_header(style, WORKER_TOKEN)
+        return await call_worker(api.http, endpoint, rows.claimed, headers=headers)
+
+    async for rows, response in accepted_through_each_header(seeded, WORKER_HEADERS, call):
         if endpoint == "claim":
             [run] = response.json()["runs"]
             assert run["claim_owner"] == WORKER_ID
@@ -261,12 +275,11 @@ async def test_operator_endpoint_refusals_change_no_row(
 async def test_operator_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    for style in OPERATOR_HEADERS:
-        rows = await seed_rows(seeded)
-        response = await call_operator(
-            api.http, endpoint, rows.claimed, headers=operator_header(style, OPERATOR_TOKEN)
-        )
-        assert response.status_code == 200, f"{style}: {response.text}"
+    async def call(rows: Rows, style: str) -> httpx.Response:
+        headers = operator_header(style, OPERATOR_TOKEN)
+        return await call_operator(api.http, endpoint, rows.claimed, headers=headers)
+
+    async for rows, response in accepted_through_each_header(seeded, OPERATOR_HEADERS, call):
         body = response.json()
         if endpoint == "list":
             assert {str(rows.open), str(rows.claimed), str(rows.stale)} <= {
