@@ -78,6 +78,10 @@ def worker_call(endpoint: str, run_id: uuid.UUID, worker_id: str) -> tuple[str, 
     return f"/ops-runs/{run_id}/{endpoint}", body
 
 
+# An endpoint's call: (client, endpoint, run id, headers=...)
+Caller = Callable[..., Awaitable[httpx.Response]]
+
+
 async def call_worker(
     http: httpx.AsyncClient,
     endpoint: str,
@@ -104,20 +108,6 @@ async def call_operator(
     return await http.post("/ops-runs/expire-leases", headers=headers or {})
 
 
-async def accepted_through_each_header(
-    seeded: SeededQueue,
-    styles: tuple[str, ...],
-    call: Callable[[Rows, str], Awaitable[httpx.Response]],
-) -> AsyncIterator[tuple[Rows, httpx.Response]]:
-    """For each header style in turn: fresh rows, `call` with them and the style, answered
-    200; the rows and the answer, checked before the next style's rows are seeded."""
-    for style in styles:
-        rows = await seed_rows(seeded)
-        response = await call(rows, style)
-        assert response.status_code == 200, f"{style}: {response.text}"
-        yield rows, response
-
-
 def worker_header(style: str, token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if style == "bearer" else {"X-Worker-Token": token}
 
@@ -126,6 +116,27 @@ def operator_header(style: str, token: str) -> dict[str, str]:
     if style == "bearer":
         return {"Authorization": f"Bearer {token}"}
     return {"X-Operator-Token": token}
+
+
+# A plane's header styles, its header of a style, its token and its call of an endpoint
+PLANES: dict[str, tuple[tuple[str, ...], Callable[[str, str], dict[str, str]], str, Caller]] = {
+    "worker": (WORKER_HEADERS, worker_header, WORKER_TOKEN, call_worker),
+    "operator": (OPERATOR_HEADERS, operator_header, OPERATOR_TOKEN, call_operator),
+}
+
+
+async def accepted_through_each_header(
+    http: httpx.AsyncClient, seeded: SeededQueue, plane: str, endpoint: str
+) -> AsyncIterator[tuple[Rows, httpx.Response]]:
+    """For each of the plane's header styles in turn: fresh rows, `endpoint` called on the
+    claimed one with the plane's token in that style, answered 200; the rows and the
+    answer, checked before the next style's rows are seeded."""
+    styles, header, token, call = PLANES[plane]
+    for style in styles:
+        rows = await seed_rows(seeded)
+        response = await call(http, endpoint, rows.claimed, headers=header(style, token))
+        assert response.status_code == 200, f"{style}: {response.text}"
+        yield rows, response
 
 
 def assert_refused(response: httpx.Response, status: int, code: str, case: str = "") -> None:
@@ -223,11 +234,7 @@ async def test_worker_endpoint_refusals_change_no_row(
 async def test_worker_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    async def call(rows: Rows, style: str) -> httpx.Response:
-        headers = worker_header(style, WORKER_TOKEN)
-        return await call_worker(api.http, endpoint, rows.claimed, headers=headers)
-
-    async for rows, response in accepted_through_each_header(seeded, WORKER_HEADERS, call):
+    async for rows, response in accepted_through_each_header(api.http, seeded, "worker", endpoint):
         if endpoint == "claim":
             [run] = response.json()["runs"]
             assert run["claim_owner"] == WORKER_ID
@@ -275,11 +282,9 @@ async def test_operator_endpoint_refusals_change_no_row(
 async def test_operator_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    async def call(rows: Rows, style: str) -> httpx.Response:
-        headers = operator_header(style, OPERATOR_TOKEN)
-        return await call_operator(api.http, endpoint, rows.claimed, headers=headers)
-
-    async for rows, response in accepted_through_each_header(seeded, OPERATOR_HEADERS, call):
+    async for rows, response in accepted_through_each_header(
+        api.http, seeded, "operator", endpoint
+    ):
         body = response.json()
         if endpoint == "list":
             assert {str(rows.open), str(rows.claimed), str(rows.stale)} <= {
