@@ -53,46 +53,34 @@ COMMANDS = [
 ]
 
 
-# (case, settings, the variable the line names, what it says, a secret it must not show)
-MALFORMED: list[tuple[str, dict[str, str], str, str, str | None]] = [
-    (
-        "worker_id",
-        {
-            "ACTIVITY_CORE_WORKER_TOKEN": "worker-token-0123456789abcdef",
-            "ACTIVITY_CORE_WORKER_ID": "rein aharness@host01",
-        },
-        "ACTIVITY_CORE_WORKER_ID",
-        "worker id",
-        "worker-token-0123456789abcdef",
-    ),
-    (
-        "forgejo_base",
-        {"FORGEJO_WEB_BASE": "forgejo.example.org/base"},
-        "FORGEJO_WEB_BASE",
-        "absolute http:// or https:// URL",
-        None,
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("settings", "variable", "said", "secret"),
-    [pytest.param(*case[1:], id=case[0]) for case in MALFORMED],
-)
 @pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
-def test_a_malformed_setting_stops_every_command_at_start(
-    command: tuple[str, ...], settings: dict[str, str], variable: str, said: str, secret: str | None
-) -> None:
+def test_a_malformed_worker_id_stops_every_command_at_start(command: tuple[str, ...]) -> None:
     completed = run_cli(
         *command,
         env=clean_env(
-            ACTIVITY_CORE_DATABASE_URL=UNREACHABLE_URL, ACTIVITY_CORE_ISSUE_SINK="none", **settings
+            ACTIVITY_CORE_DATABASE_URL=UNREACHABLE_URL,
+            ACTIVITY_CORE_WORKER_TOKEN="worker-token-0123456789abcdef",
+            ACTIVITY_CORE_WORKER_ID="rein aharness@host01",
+            ACTIVITY_CORE_ISSUE_SINK="none",
         ),
     )
-    line = assert_stopped_naming(completed, variable)
-    assert said in line
-    if secret is not None:
-        assert secret not in completed.stderr
+    line = assert_stopped_naming(completed, "ACTIVITY_CORE_WORKER_ID")
+    assert "worker id" in line
+    assert "worker-token-0123456789abcdef" not in completed.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_a_malformed_forgejo_base_stops_every_command_at_start(command: tuple[str, ...]) -> None:
+    completed = run_cli(
+        *command,
+        env=clean_env(
+            ACTIVITY_CORE_DATABASE_URL=UNREACHABLE_URL,
+            ACTIVITY_CORE_ISSUE_SINK="none",
+            FORGEJO_WEB_BASE="forgejo.example.org/base",
+        ),
+    )
+    line = assert_stopped_naming(completed, "FORGEJO_WEB_BASE")
+    assert "absolute http:// or https:// URL" in line
 
 
 def test_a_malformed_worker_id_in_the_credentials_file_stops_serve_with_exit_2(
