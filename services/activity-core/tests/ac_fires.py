@@ -14,6 +14,17 @@ from ac_testkit import insert_ops_run
 T0 = datetime.fromisoformat("2024-05-01T06:00:00+00:00")
 
 
+# The harness's account of itself in a run's execution evidence: what a test's completion
+# sends and the run views show back beside the outcome.
+HARNESS_EVIDENCE = {
+    "profile_ref": "harness.agent-dev@1.0.0",
+    "rein_id": "rein-aharness",
+    "rein_version": "0.1.0",
+    "resolved_model": "claude-sonnet-4-6",
+    "sandbox_profile": "profile.bwrap-local",
+}
+
+
 def at(seconds: float) -> datetime:
     """A fixed instant `seconds` after T0, so windows in tests are exact."""
     return T0 + timedelta(seconds=seconds)
@@ -141,11 +152,7 @@ def completed_result(
         "execution_evidence": {
             "request_id": "req-1",
             "contract_version": "1.0",
-            "profile_ref": "harness.agent-dev@1.0.0",
-            "rein_id": "rein-aharness",
-            "rein_version": "0.1.0",
-            "resolved_model": "claude-sonnet-4-6",
-            "sandbox_profile": "profile.bwrap-local",
+            **HARNESS_EVIDENCE,
             "outcome": "succeeded",
             "tokens_spent": 321,
         },

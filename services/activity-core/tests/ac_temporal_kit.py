@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from temporalio.client import Client, WorkflowHandle
@@ -21,7 +21,8 @@ from activity_core.emission.errors import IssueSinkError
 from activity_core.emission.sink import SinkTask, StillOwed
 from activity_core.settings import ActivityCoreSettings, load_settings
 from activity_core.temporal.activities import ActivityCoreActivities
-from activity_core.temporal.fire import manual_trigger_key
+from activity_core.temporal.client import TemporalClientProvider
+from activity_core.temporal.fire import FireResult, fire_manual, manual_trigger_key, retry_fire
 from activity_core.temporal.payloads import WORKFLOW_NAME, RunActivityInput, RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier, catchup_window_of
 from activity_core.temporal.worker import build_activities, build_worker
@@ -146,11 +147,35 @@ class TemporalHarness:
 
     async def fired(self, answer: dict[str, Any]) -> RunActivityResult:
         """The result of the workflow a fire answered with (`workflow_id`, `run_id`)."""
+        return await self.closed(answer["workflow_id"], answer["run_id"])
+
+    async def closed(self, workflow_id: str, run_id: str) -> RunActivityResult:
+        """The result of one run of a RunActivityWorkflow, once it closed."""
         handle = self.client.get_workflow_handle(
-            answer["workflow_id"], run_id=answer["run_id"], result_type=RunActivityResult
+            workflow_id, run_id=run_id, result_type=RunActivityResult
         )
         result: RunActivityResult = await self.result(handle)
         return result
+
+    async def fire_manual(self, request: dict[str, Any]) -> FireResult:
+        """A manual fire of the harness's automation, as the service starts one."""
+        return await fire_manual(
+            self.pool,
+            TemporalClientProvider(self.settings),
+            automation=self.slug,
+            request=request,
+            task_queue=self.task_queue,
+        )
+
+    async def retry_fire(self, fire: str) -> FireResult:
+        """The harness's automation's fire `fire` (a run id or UUID) started again."""
+        return await retry_fire(
+            self.pool,
+            TemporalClientProvider(self.settings),
+            automation=self.slug,
+            fire=fire,
+            task_queue=self.task_queue,
+        )
 
     async def workflow_ids(self) -> list[str]:
         """Every workflow of this test's task queue, running or closed, sorted."""
@@ -168,6 +193,25 @@ async def temporal_app(temporal: TemporalHarness, app_factory: Any, **env: Any) 
     }
     api: AppClient = await app_factory(**settings)
     return api
+
+
+class AutomationApp(NamedTuple):
+    spec: ActivityDefinitionSpec
+    api: AppClient
+    operator: dict[str, str]
+    path: str
+    """`/ops/automations/<slug>`: the automation's resource, `/pause` and the rest below it."""
+
+
+async def automation_app(
+    temporal: TemporalHarness, app_factory: Any, **definition_kw: Any
+) -> AutomationApp:
+    """Where an /ops/automations test starts: `temporal.define(**definition_kw)`, then an app
+    on the harness's Temporal (`temporal_app`), its operator headers and the automation's
+    path."""
+    spec = await temporal.define(**definition_kw)
+    api = await temporal_app(temporal, app_factory)
+    return AutomationApp(spec, api, api.operator_headers(), f"/ops/automations/{spec.id}")
 
 
 # What a test may put in the worker instead of the real activities (given the harness and

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,17 @@ async def post_form(
             **(headers or {}),
         },
     )
+
+
+async def cancel_form(
+    http: httpx.AsyncClient,
+    run: uuid.UUID,
+    fields: dict[str, Any],
+    cookie: str | None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """The run page's cancel form posted (`post_form`) for `run`."""
+    return await post_form(http, f"/ops/ui/runs/{run}/cancel", fields, cookie, headers)
 
 
 def now() -> datetime:

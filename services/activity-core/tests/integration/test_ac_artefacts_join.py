@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from ac_fires import SeededAutomations, at, completed_result
+from ac_fires import HARNESS_EVIDENCE, SeededAutomations, at, completed_result
 from ac_testkit import AppClient
 
 
@@ -230,14 +230,7 @@ async def test_run_detail_exposes_artefacts_and_compact_evidence(
     assert run["id"] == str(done)
     assert run["state"] == "succeeded" and run["disposition"] == "succeeded"
     assert run["attempt"] == 1 and run["claim_owner"] == "rein-aharness@railiance01"
-    assert run["execution_evidence"] == {
-        "profile_ref": "harness.agent-dev@1.0.0",
-        "rein_id": "rein-aharness",
-        "rein_version": "0.1.0",
-        "resolved_model": "claude-sonnet-4-6",
-        "sandbox_profile": "profile.bwrap-local",
-        "outcome": "succeeded",
-    }
+    assert run["execution_evidence"] == {**HARNESS_EVIDENCE, "outcome": "succeeded"}
     # not published, no stored changes: no link at all (the commit is the worker's only)
     expected = {
         "ops_run_id": str(done),

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -77,6 +78,10 @@ def worker_call(endpoint: str, run_id: uuid.UUID, worker_id: str) -> tuple[str, 
     return f"/ops-runs/{run_id}/{endpoint}", body
 
 
+# An endpoint's call: (client, endpoint, run id, headers=...)
+Caller = Callable[..., Awaitable[httpx.Response]]
+
+
 async def call_worker(
     http: httpx.AsyncClient,
     endpoint: str,
@@ -111,6 +116,27 @@ def operator_header(style: str, token: str) -> dict[str, str]:
     if style == "bearer":
         return {"Authorization": f"Bearer {token}"}
     return {"X-Operator-Token": token}
+
+
+# A plane's header styles, its header of a style, its token and its call of an endpoint
+PLANES: dict[str, tuple[tuple[str, ...], Callable[[str, str], dict[str, str]], str, Caller]] = {
+    "worker": (WORKER_HEADERS, worker_header, WORKER_TOKEN, call_worker),
+    "operator": (OPERATOR_HEADERS, operator_header, OPERATOR_TOKEN, call_operator),
+}
+
+
+async def accepted_through_each_header(
+    http: httpx.AsyncClient, seeded: SeededQueue, plane: str, endpoint: str
+) -> AsyncIterator[tuple[Rows, httpx.Response]]:
+    """For each of the plane's header styles in turn: fresh rows, `endpoint` called on the
+    claimed one with the plane's token in that style, answered 200; the rows and the
+    answer, checked before the next style's rows are seeded."""
+    styles, header, token, call = PLANES[plane]
+    for style in styles:
+        rows = await seed_rows(seeded)
+        response = await call(http, endpoint, rows.claimed, headers=header(style, token))
+        assert response.status_code == 200, f"{style}: {response.text}"
+        yield rows, response
 
 
 def assert_refused(response: httpx.Response, status: int, code: str, case: str = "") -> None:
@@ -208,12 +234,7 @@ async def test_worker_endpoint_refusals_change_no_row(
 async def test_worker_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    for style in WORKER_HEADERS:
-        rows = await seed_rows(seeded)
-        response = await call_worker(
-            api.http, endpoint, rows.claimed, headers=worker_header(style, WORKER_TOKEN)
-        )
-        assert response.status_code == 200, f"{style}: {response.text}"
+    async for rows, response in accepted_through_each_header(api.http, seeded, "worker", endpoint):
         if endpoint == "claim":
             [run] = response.json()["runs"]
             assert run["claim_owner"] == WORKER_ID
@@ -261,12 +282,9 @@ async def test_operator_endpoint_refusals_change_no_row(
 async def test_operator_token_acts_through_either_header(
     api: AppClient, seeded: SeededQueue, endpoint: str
 ) -> None:
-    for style in OPERATOR_HEADERS:
-        rows = await seed_rows(seeded)
-        response = await call_operator(
-            api.http, endpoint, rows.claimed, headers=operator_header(style, OPERATOR_TOKEN)
-        )
-        assert response.status_code == 200, f"{style}: {response.text}"
+    async for rows, response in accepted_through_each_header(
+        api.http, seeded, "operator", endpoint
+    ):
         body = response.json()
         if endpoint == "list":
             assert {str(rows.open), str(rows.claimed), str(rows.stale)} <= {
@@ -693,44 +711,16 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     """The body guard and the routes find a route's credential in its declaration: a route
     of the API that declared none would word a malformed request before asking who sent
     it. The UI pages (a login redirect) and the health endpoints take none."""
+    from ac_routers import APP_ROUTERS
     from fastapi.routing import APIRoute
 
     from ac_testkit import settings_env
-    from activity_core.http import (
-        routes_automation_pause,
-        routes_automations,
-        routes_changes,
-        routes_changes_upload,
-        routes_fire,
-        routes_health,
-        routes_operator,
-        routes_publication,
-        routes_queue,
-        routes_ui,
-        routes_ui_actions,
-        routes_ui_runs,
-    )
     from activity_core.http.app import create_app
     from activity_core.http.credentials import Credential, CredentialTable, credential_of
     from activity_core.settings import load_settings
 
     app = create_app(load_settings(**settings_env()), dsn="postgresql://unused@127.0.0.1:1/x")
-    routers = (
-        routes_queue.router,
-        routes_changes_upload.router,
-        routes_operator.runs_router,
-        routes_operator.router,
-        routes_changes.router,
-        routes_automations.router,
-        routes_fire.router,
-        routes_publication.router,
-        routes_automation_pause.router,
-        routes_ui.router,
-        routes_ui_runs.router,
-        routes_ui_actions.router,
-        routes_health.router,
-    )
-    routes = [r for router in routers for r in router.routes if isinstance(r, APIRoute)]
+    routes = [r for router in APP_ROUTERS for r in router.routes if isinstance(r, APIRoute)]
     worker = {
         ("POST", "/ops-runs/claim"),
         ("POST", "/ops-runs/{run_id}/heartbeat"),

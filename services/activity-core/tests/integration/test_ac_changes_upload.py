@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from ac_changes import Changes, completion, make_changes
 
@@ -37,6 +38,23 @@ GRANT = {
     "publish": False,
 }
 OTHER_WORKER = "rein-aharness@other"
+
+
+async def put_bundle(
+    api: AppClient,
+    run_id: uuid.UUID,
+    content: bytes,
+    credential: dict[str, str],
+    params: dict[str, Any] | None = None,
+) -> httpx.Response:
+    """PUT a bundle to /ops-runs/{run_id}/changes with only `credential` beside its content
+    type: no digest, unlike `AppClient.upload_changes`."""
+    return await api.http.put(
+        f"/ops-runs/{run_id}/changes",
+        params=params if params is not None else {"worker_id": WORKER_ID, "attempt": 1},
+        content=content,
+        headers={**credential, "Content-Type": "application/x-git-bundle"},
+    )
 
 
 async def granted_claim(api: AppClient, seeded: SeededQueue) -> uuid.UUID:
@@ -184,19 +202,9 @@ async def test_credentials_and_identity_come_first(
 ) -> None:
     run_id = await granted_claim(api, seeded)
     changes = make_changes(tmp_path, run_id)
-    response = await api.http.put(
-        f"/ops-runs/{run_id}/changes",
-        params={"worker_id": WORKER_ID, "attempt": 1},
-        content=b"x" * (9 << 20),
-        headers={"Content-Type": "application/x-git-bundle"},
-    )
+    response = await put_bundle(api, run_id, b"x" * (9 << 20), {})
     assert_refused(response, 401, "unauthenticated")
-    response = await api.http.put(
-        f"/ops-runs/{run_id}/changes",
-        params={"worker_id": WORKER_ID, "attempt": 1},
-        content=changes.bundle,
-        headers={**api.operator_headers(), "Content-Type": "application/x-git-bundle"},
-    )
+    response = await put_bundle(api, run_id, changes.bundle, api.operator_headers())
     assert_refused(response, 403, "forbidden")
     assert_refused(
         await api.upload_changes(run_id, changes.bundle, worker_id=OTHER_WORKER),
@@ -337,12 +345,7 @@ async def test_the_digest_header_must_be_the_bodys(
     for digest in (wrong, "sha256:ABC", "md5:0", changes.digest.upper()):
         response = await api.upload_changes(run_id, changes.bundle, digest=digest)
         assert_refused(response, 422, "changes_invalid")
-    response = await api.http.put(
-        f"/ops-runs/{run_id}/changes",
-        params={"worker_id": WORKER_ID, "attempt": 1},
-        content=changes.bundle,
-        headers={**api.worker_headers(), "Content-Type": "application/x-git-bundle"},
-    )
+    response = await put_bundle(api, run_id, changes.bundle, api.worker_headers())
     assert_refused(response, 422, "changes_invalid")
     assert await stored_rows(db, run_id) == []
 
@@ -402,11 +405,8 @@ async def test_bad_query_parameters_are_invalid_request(
     api: AppClient, seeded: SeededQueue, params: dict[str, Any]
 ) -> None:
     run_id = await granted_claim(api, seeded)
-    response = await api.http.put(
-        f"/ops-runs/{run_id}/changes",
-        params=params,
-        content=b"# v2 git bundle\n",
-        headers={**api.worker_headers(), "Content-Type": "application/x-git-bundle"},
+    response = await put_bundle(
+        api, run_id, b"# v2 git bundle\n", api.worker_headers(), params=params
     )
     assert_refused(response, 422, "invalid_request")
 

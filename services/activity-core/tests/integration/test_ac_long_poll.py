@@ -5,9 +5,19 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any
+
+import httpx
 
 from ac_testkit import AppClient, SeededQueue
 from activity_core.queue.wakeups import LISTENER_APPLICATION_NAME, OpenRunSignal
+
+
+async def waiting_claim(api: AppClient, settle: float, **body: Any) -> asyncio.Task[httpx.Response]:
+    """A long-poll claim started, and `settle` seconds for it to reach its wait."""
+    waiting = asyncio.create_task(api.claim(**body))
+    await asyncio.sleep(settle)
+    return waiting
 
 
 async def test_a_waiting_claim_wakes_when_a_run_is_emitted(
@@ -15,8 +25,7 @@ async def test_a_waiting_claim_wakes_when_a_run_is_emitted(
 ) -> None:
     await seeded.definition()
     started = time.monotonic()
-    waiting = asyncio.create_task(api.claim(wait_seconds=10))
-    await asyncio.sleep(0.5)
+    waiting = await waiting_claim(api, 0.5, wait_seconds=10)
     assert not waiting.done()
     run_id = await seeded.run()
     response = await asyncio.wait_for(waiting, 5)
@@ -30,8 +39,7 @@ async def test_a_waiting_claim_wakes_when_a_failure_reopens(
 ) -> None:
     run_id = await seeded.run()
     await api.claim()
-    waiting = asyncio.create_task(api.claim(wait_seconds=10))
-    await asyncio.sleep(0.3)
+    waiting = await waiting_claim(api, 0.3, wait_seconds=10)
     assert not waiting.done()
     reopened = await api.fail(run_id, error="retry me", reopen=True)
     assert reopened.json()["close_disposition"] == "reopened"
@@ -45,8 +53,7 @@ async def test_a_waiting_claim_ignores_runs_it_does_not_match(
 ) -> None:
     await seeded.definition()
     started = time.monotonic()
-    waiting = asyncio.create_task(api.claim(wait_seconds=2, labels=["wanted"]))
-    await asyncio.sleep(0.3)
+    waiting = await waiting_claim(api, 0.3, wait_seconds=2, labels=["wanted"])
     await seeded.run(labels=["unwanted"])
     response = await waiting
     assert response.json()["runs"] == []
@@ -95,8 +102,7 @@ async def test_long_poll_recovers_when_the_listener_connection_is_killed(
         )
         if back:
             break
-    waiting = asyncio.create_task(api.claim(wait_seconds=10))
-    await asyncio.sleep(0.3)
+    waiting = await waiting_claim(api, 0.3, wait_seconds=10)
     run_id = await seeded.run()
     response = await asyncio.wait_for(waiting, 5)
     assert [run["id"] for run in response.json()["runs"]] == [str(run_id)]
@@ -107,8 +113,7 @@ async def test_shutdown_drain_ends_waiting_claims_with_an_empty_answer(
 ) -> None:
     await seeded.definition()
     started = time.monotonic()
-    waiting = asyncio.create_task(api.claim(wait_seconds=15))
-    await asyncio.sleep(0.3)
+    waiting = await waiting_claim(api, 0.3, wait_seconds=15)
     api.app.state.queue.drain_long_polls()
     response = await asyncio.wait_for(waiting, 5)
     assert response.status_code == 200

@@ -34,6 +34,7 @@ import httpx
 import pytest
 from ac_changes import ChangedRuns, completion, make_changes, store
 from ac_definitions import GRANT
+from ac_routers import JSON_ROUTERS
 from fastapi.routing import APIRoute
 
 from ac_fires import SeededAutomations
@@ -45,17 +46,6 @@ from ac_testkit import (
     SeededQueue,
     running_app,
     settings_env,
-)
-from activity_core.http import (
-    routes_automation_pause,
-    routes_automations,
-    routes_changes,
-    routes_changes_upload,
-    routes_fire,
-    routes_health,
-    routes_operator,
-    routes_publication,
-    routes_queue,
 )
 from activity_core.http.app import create_app
 from activity_core.http.credentials import Credential, credential_of
@@ -136,20 +126,6 @@ SERVER_ONLY = {
 }
 # A JSON media type whose parameter names a form: the body guard must not take it for one.
 FORM_LIKE_JSON = "application/json; x=application/x-www-form-urlencoded"
-
-# The routers of the JSON API (the ops UI's are not in the document).
-JSON_ROUTERS = (
-    routes_queue.router,
-    routes_changes_upload.router,
-    routes_operator.runs_router,
-    routes_operator.router,
-    routes_changes.router,
-    routes_automations.router,
-    routes_fire.router,
-    routes_publication.router,
-    routes_automation_pause.router,
-    routes_health.router,
-)
 
 _HTML_CODE = re.compile(r"<code[^>]*>([a-z_]+)</code>")
 

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from ac_fires import HARNESS_EVIDENCE
 from ac_testkit import DEFINITION_ID, WORKER_ID, AppClient, SeededQueue
 
 OTHER_DEFINITION = uuid.UUID("00000000-0000-4000-8000-00000000d002")
@@ -17,11 +18,7 @@ EVIDENCE = {
     "execution_evidence": {
         "request_id": "req-1",
         "contract_version": "1.0",
-        "profile_ref": "harness.agent-dev@1.0.0",
-        "rein_id": "rein-aharness",
-        "rein_version": "0.1.0",
-        "resolved_model": "claude-sonnet-4-6",
-        "sandbox_profile": "profile.bwrap-local",
+        **HARNESS_EVIDENCE,
         "outcome": "failed",
         "duration_s": 12.4,
     }
@@ -221,14 +218,7 @@ async def test_the_dead_letter_shows_failed_and_expired_runs_with_error_and_evid
     shown = runs[2]
     assert shown["automation"] == "test-activity"
     assert shown["last_error"] == "llm timeout after 30 s"
-    assert shown["execution_evidence"] == {
-        "profile_ref": "harness.agent-dev@1.0.0",
-        "rein_id": "rein-aharness",
-        "rein_version": "0.1.0",
-        "resolved_model": "claude-sonnet-4-6",
-        "sandbox_profile": "profile.bwrap-local",
-        "outcome": "failed",
-    }
+    assert shown["execution_evidence"] == {**HARNESS_EVIDENCE, "outcome": "failed"}
     assert "never shown" not in response.text
     assert runs[0]["automation"] == "other-activity"
 

@@ -16,7 +16,18 @@ import asyncpg
 import pytest
 
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
-from ac_ui import ALICE, BOB, csrf_in, csrf_of, named_operators, now, post_form, session, signed_in
+from ac_ui import (
+    ALICE,
+    BOB,
+    cancel_form,
+    csrf_in,
+    csrf_of,
+    named_operators,
+    now,
+    post_form,
+    session,
+    signed_in,
+)
 
 
 @pytest.fixture
@@ -261,16 +272,11 @@ async def test_cancel_from_a_runs_page(
     )
     alice = await signed_in(named_api.http, ALICE, "alice")
     csrf = await csrf_of(named_api.http, alice, f"/ops/ui/runs/{claimed}")
-    blank = await post_form(
-        named_api.http, f"/ops/ui/runs/{claimed}/cancel", {"csrf_token": csrf, "reason": " "}, alice
-    )
+    blank = await cancel_form(named_api.http, claimed, {"csrf_token": csrf, "reason": " "}, alice)
     assert blank.status_code == 422
     assert (await seeded.row(claimed))["state"] == "claimed"
-    done = await post_form(
-        named_api.http,
-        f"/ops/ui/runs/{claimed}/cancel",
-        {"csrf_token": csrf, "reason": "wrong repository"},
-        alice,
+    done = await cancel_form(
+        named_api.http, claimed, {"csrf_token": csrf, "reason": "wrong repository"}, alice
     )
     assert done.status_code == 303
     row = await seeded.row(claimed)
@@ -280,11 +286,8 @@ async def test_cancel_from_a_runs_page(
     assert 'data-field="cancelled_by">alice<' in page.text
     assert "wrong repository" in page.text
     # a second cancel finds a terminal run: a 409 page, nothing changed
-    again = await post_form(
-        named_api.http,
-        f"/ops/ui/runs/{claimed}/cancel",
-        {"csrf_token": csrf, "reason": "again"},
-        alice,
+    again = await cancel_form(
+        named_api.http, claimed, {"csrf_token": csrf, "reason": "again"}, alice
     )
     assert again.status_code == 409 and "state_conflict" in again.text
     assert dict(await seeded.row(claimed)) == dict(row)
@@ -300,19 +303,13 @@ async def test_a_cancel_form_whose_reason_shows_nothing_changes_nothing(
     before = dict(await seeded.row(claimed))
     alice = await signed_in(named_api.http, ALICE, "alice")
     csrf = await csrf_of(named_api.http, alice, f"/ops/ui/runs/{claimed}")
-    refused = await post_form(
-        named_api.http,
-        f"/ops/ui/runs/{claimed}/cancel",
-        {"csrf_token": csrf, "reason": reason},
-        alice,
+    refused = await cancel_form(
+        named_api.http, claimed, {"csrf_token": csrf, "reason": reason}, alice
     )
     assert refused.status_code == 422 and "invalid_request" in refused.text
     assert dict(await seeded.row(claimed)) == before
-    done = await post_form(
-        named_api.http,
-        f"/ops/ui/runs/{claimed}/cancel",
-        {"csrf_token": csrf, "reason": f"{reason}wrong repository"},
-        alice,
+    done = await cancel_form(
+        named_api.http, claimed, {"csrf_token": csrf, "reason": f"{reason}wrong repository"}, alice
     )
     assert done.status_code == 303
     stored = (await seeded.row(claimed))["last_error"]

@@ -21,6 +21,7 @@ from ac_ui import (
     BOB,
     FORM,
     ORIGIN,
+    cancel_form,
     csrf_of,
     login,
     named_operators,
@@ -245,12 +246,8 @@ async def test_forms_from_another_site_change_nothing(
     cookie = await signed_in(api.http)
     csrf = await csrf_of(api.http, cookie)
     run = await seeded.run(state="open")
-    response = await post_form(
-        api.http,
-        f"/ops/ui/runs/{run}/cancel",
-        {"csrf_token": csrf, "reason": "forged"},
-        cookie,
-        headers=headers,
+    response = await cancel_form(
+        api.http, run, {"csrf_token": csrf, "reason": "forged"}, cookie, headers=headers
     )
     assert response.status_code == 403
     assert await state_of(db, run) == "open"
@@ -282,7 +279,7 @@ async def test_a_form_without_the_sessions_csrf_token_changes_nothing(
 ) -> None:
     cookie = await signed_in(api.http)
     run = await seeded.run(state="open")
-    response = await post_form(api.http, f"/ops/ui/runs/{run}/cancel", fields, cookie)
+    response = await cancel_form(api.http, run, fields, cookie)
     assert response.status_code == 403
     assert "CSRF" in response.text
     assert await state_of(db, run) == "open"
@@ -298,9 +295,7 @@ async def test_another_sessions_csrf_token_is_refused(
     their_token = await csrf_of(api.http, theirs)
     assert their_token != await csrf_of(api.http, mine)
     run = await seeded.run(state="open")
-    response = await post_form(
-        api.http, f"/ops/ui/runs/{run}/cancel", {"csrf_token": their_token, "reason": "x"}, mine
-    )
+    response = await cancel_form(api.http, run, {"csrf_token": their_token, "reason": "x"}, mine)
     assert response.status_code == 403
     assert await state_of(db, run) == "open"
 
@@ -335,12 +330,8 @@ async def test_a_header_credential_cannot_post_ui_forms(
     api: AppClient, seeded: SeededQueue, db: asyncpg.Connection
 ) -> None:
     run = await seeded.run(state="open")
-    response = await post_form(
-        api.http,
-        f"/ops/ui/runs/{run}/cancel",
-        {"reason": "x"},
-        None,
-        headers=api.operator_headers(),
+    response = await cancel_form(
+        api.http, run, {"reason": "x"}, None, headers=api.operator_headers()
     )
     assert response.status_code == 403
     assert await state_of(db, run) == "open"
@@ -349,9 +340,7 @@ async def test_a_header_credential_cannot_post_ui_forms(
 async def test_an_oversized_form_is_refused(api: AppClient, seeded: SeededQueue) -> None:
     cookie = await signed_in(api.http)
     run = await seeded.run(state="open")
-    response = await post_form(
-        api.http, f"/ops/ui/runs/{run}/cancel", {"reason": "x" * 70_000}, cookie
-    )
+    response = await cancel_form(api.http, run, {"reason": "x" * 70_000}, cookie)
     assert response.status_code == 413
 
 
@@ -372,12 +361,8 @@ async def test_the_public_url_sets_secure_cookies_and_the_expected_origin(
     assert (await login(api.http)).status_code == 403
     csrf = await csrf_of(api.http, cookie)
     run = await seeded.run(state="open")
-    ok = await post_form(
-        api.http,
-        f"/ops/ui/runs/{run}/cancel",
-        {"csrf_token": csrf, "reason": "x"},
-        cookie,
-        headers=public,
+    ok = await cancel_form(
+        api.http, run, {"csrf_token": csrf, "reason": "x"}, cookie, headers=public
     )
     assert ok.status_code == 303
     assert await state_of(db, run) == "failed"
@@ -406,12 +391,10 @@ async def test_an_open_plane_gives_each_browser_an_anonymous_session_with_a_toke
     assert first.status_code == 200
     cookie = first.headers["set-cookie"].split(";")[0].split("=", 1)[1]
     run = await seeded.run(state="open")
-    refused = await post_form(api.http, f"/ops/ui/runs/{run}/cancel", {"reason": "x"}, cookie)
+    refused = await cancel_form(api.http, run, {"reason": "x"}, cookie)
     assert refused.status_code == 403
     csrf = await csrf_of(api.http, cookie)
-    ok = await post_form(
-        api.http, f"/ops/ui/runs/{run}/cancel", {"csrf_token": csrf, "reason": "x"}, cookie
-    )
+    ok = await cancel_form(api.http, run, {"csrf_token": csrf, "reason": "x"}, cookie)
     assert ok.status_code == 303
     assert await db.fetchval("SELECT cancelled_by FROM ops_runs WHERE id = $1", run) == "anonymous"
 

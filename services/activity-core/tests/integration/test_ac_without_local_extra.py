@@ -79,6 +79,17 @@ def refusal(completed: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def assert_refused_for_want_of(
+    completed: subprocess.CompletedProcess[str], missing: str, variable: str
+) -> None:
+    """An exit-2 refusal whose one line says what is missing, the variable that would name
+    it, and the extra that would start a local one."""
+    line = refusal(completed)
+    assert line == f"activity-core: {missing}"
+    assert variable in line
+    assert "activity-core[local]" in line
+
+
 def test_the_production_install_has_neither_local_default(production_venv: Path) -> None:
     site = next((production_venv / "lib").glob("python3*/site-packages"))
     installed = {entry.name.split("-")[0].lower() for entry in site.iterdir()}
@@ -128,10 +139,9 @@ def test_no_database_configured_is_one_line_and_exit_2(
 ) -> None:
     # Temporal is named (unreachable, never reached): the database is what is missing
     env = production_env(production_venv, tmp_path / "state", TEMPORAL_ADDRESS=UNREACHABLE_TEMPORAL)
-    line = refusal(run(production_venv, args, env))
-    assert line == f"activity-core: {NO_DATABASE}"
-    assert "ACTIVITY_CORE_DATABASE_URL" in line
-    assert "activity-core[local]" in line
+    assert_refused_for_want_of(
+        run(production_venv, args, env), NO_DATABASE, "ACTIVITY_CORE_DATABASE_URL"
+    )
     assert not (tmp_path / "state" / "pgdata").exists()
 
 
@@ -144,10 +154,7 @@ async def test_no_temporal_configured_is_one_line_and_exit_2(
     production_venv: Path, tmp_path: Path, db_dsn: str, args: list[str]
 ) -> None:
     env = production_env(production_venv, tmp_path / "state", ACTIVITY_CORE_DATABASE_URL=db_dsn)
-    line = refusal(run(production_venv, args, env))
-    assert line == f"activity-core: {NO_TEMPORAL}"
-    assert "TEMPORAL_ADDRESS" in line
-    assert "activity-core[local]" in line
+    assert_refused_for_want_of(run(production_venv, args, env), NO_TEMPORAL, "TEMPORAL_ADDRESS")
     assert not (tmp_path / "state" / "temporal").exists()
 
 

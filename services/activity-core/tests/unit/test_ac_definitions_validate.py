@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ac_definitions import GRANT as GOOD_GRANT
 
 from activity_core.definitions.model import DEFINITION_NAMESPACE, definition_uuid
 from activity_core.definitions.validate import (
@@ -17,13 +18,6 @@ from activity_core.definitions.validate import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[4] / "examples" / "definitions"
-
-GOOD_GRANT: dict[str, Any] = {
-    "version": "1",
-    "allowed_paths": ["briefs/"],
-    "commit_count": {"min": 1, "max": 1},
-    "publish": False,
-}
 
 RULE = "rules[0].action"
 GRANT = f"{RULE}.repository_grant"

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 
 from ac_serve import serve_env, serve_process
-from ac_temporal_kit import TemporalHarness, start_worker_harness
+from ac_temporal_kit import AutomationApp, TemporalHarness, automation_app, start_worker_harness
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN
 from activity_core.temporal.client import connect
 from activity_core.temporal.dev_server import DevServer, ephemeral_dev_server
@@ -77,3 +78,15 @@ async def served(temporal: TemporalHarness, db_dsn: str) -> AsyncIterator[str]:
     )
     async with serve_process(env) as (_, url):
         yield url
+
+
+@pytest.fixture
+async def scheduled(temporal: TemporalHarness, app_factory: Any) -> AutomationApp:
+    """The harness's automation on a daily cron (07:30 UTC), and an app that serves it."""
+    return await automation_app(temporal, app_factory, cron="30 7 * * *", timezone="UTC")
+
+
+@pytest.fixture
+async def manual(temporal: TemporalHarness, app_factory: Any) -> AutomationApp:
+    """The harness's automation without a schedule (fired by hand only), and an app."""
+    return await automation_app(temporal, app_factory, cron=None)

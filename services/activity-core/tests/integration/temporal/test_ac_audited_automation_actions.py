@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_temporal_kit import AutomationApp, TemporalHarness, definition, temporal_app
 from ac_testkit import REFUSE_AUDIT_AT_COMMIT, audit_refused
 from ac_ui import csrf_of, post_form, session, signed_in
 from activity_core.definitions.model import definition_uuid
@@ -38,12 +38,9 @@ def assert_unavailable(response: Any) -> None:
 
 
 async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, scheduled: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
-    path = f"/ops/automations/{spec.id}"
+    spec, api, operator, path = scheduled
     active = await pause_state(temporal, spec.id)
     assert active[0] is False and active[3] is False
 
@@ -68,16 +65,14 @@ async def test_a_pause_or_resume_whose_audit_write_fails_changes_nothing(
 
 
 async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_schedule_back(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, scheduled: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
+    spec, api, operator, path = scheduled
     active = await pause_state(temporal, spec.id)
 
     # the entry is written, the Schedule paused, then COMMIT fails
     async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
-        refused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
+        refused = await api.http.post(f"{path}/pause", headers=operator)
         assert_unavailable(refused)
     after = await pause_state(temporal, spec.id)
     assert after[:4] == active[:4] == (False, None, None, False)
@@ -85,17 +80,15 @@ async def test_a_pause_whose_commit_fails_after_the_schedule_call_puts_the_sched
 
 
 async def test_a_fire_whose_audit_write_fails_starts_nothing(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, manual: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
-    path = f"/ops/automations/{spec.id}/fire"
+    spec, api, operator, path = manual
 
     async with audit_refused(temporal.pool):
-        assert_unavailable(await api.http.post(path, json={}, headers=api.operator_headers()))
+        assert_unavailable(await api.http.post(f"{path}/fire", json={}, headers=operator))
 
     # the operator retries (no key): one fire, the retry's; the failed one started nothing
-    fired = await api.http.post(path, json={}, headers=api.operator_headers())
+    fired = await api.http.post(f"{path}/fire", json={}, headers=operator)
     assert fired.status_code == 202, fired.text
     body = fired.json()
     assert (await temporal.fired(body)).emitted_count == 1
@@ -146,12 +139,9 @@ async def test_actions_addressed_by_uuid_are_audited_under_the_slug(
 
 
 async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, scheduled: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
-    path = f"/ops/automations/{spec.id}"
+    _, api, operator, path = scheduled
     assert (await api.http.post(f"{path}/pause", headers=operator)).status_code == 200
 
     await temporal.sync(definition(temporal.slug, cron=None))  # the schedule dropped
@@ -183,10 +173,9 @@ async def test_a_resume_lifts_a_pause_whose_definition_lost_its_schedule(
 
 
 async def test_the_ui_forms_audit_under_the_slug_fail_whole_and_resume_without_a_schedule(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, scheduled: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
+    spec, api, _, _ = scheduled
     cookie = await signed_in(api.http)
     page_path = f"/ops/ui/automations/{spec.id}"
     by_uuid = f"/ops/ui/automations/{definition_uuid(spec.id)}"

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from typing import Any
 
 from ac_serve import operator_cli
-from ac_temporal_kit import TemporalHarness, temporal_app
+from ac_temporal_kit import AutomationApp, TemporalHarness
 from ac_testkit import OPERATOR_TOKEN, REFUSE_AUDIT_AT_COMMIT, audit_refused
 from activity_core.cli_automations import main
 from activity_core.definitions.model import definition_uuid
@@ -25,12 +24,11 @@ async def fire_audit(temporal: TemporalHarness) -> list[tuple[str, str | None]]:
 
 
 async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, manual: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
-    path = f"/ops/automations/{spec.id}/fire"
-    keyed = {**api.operator_headers(), "Idempotency-Key": "INC-1234:first"}
+    spec, api, operator, path = manual
+    path = f"{path}/fire"
+    keyed = {**operator, "Idempotency-Key": "INC-1234:first"}
 
     first = await api.http.post(path, json={"correlation_id": "c-1"}, headers=keyed)
     assert first.status_code == 202, first.text
@@ -46,7 +44,7 @@ async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
     assert again.json() == first.json()
 
     # two at once with another key: one fire, both answered with it
-    both = {**api.operator_headers(), "Idempotency-Key": "INC-1234:second"}
+    both = {**operator, "Idempotency-Key": "INC-1234:second"}
     one, two = await asyncio.gather(
         api.http.post(path, json={"correlation_id": "c-2"}, headers=both),
         api.http.post(path, json={"correlation_id": "c-2"}, headers=both),
@@ -71,12 +69,11 @@ async def test_the_same_key_fires_once_and_is_answered_as_the_first_time(
 
 
 async def test_a_retry_after_a_failed_audit_write_fires_once(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, manual: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
-    path = f"/ops/automations/{spec.id}/fire"
-    keyed = {**api.operator_headers(), "Idempotency-Key": "retry-after-503"}
+    _, api, operator, path = manual
+    path = f"{path}/fire"
+    keyed = {**operator, "Idempotency-Key": "retry-after-503"}
 
     async with audit_refused(temporal.pool):
         refused = await api.http.post(path, json={}, headers=keyed)
@@ -92,15 +89,13 @@ async def test_a_retry_after_a_failed_audit_write_fires_once(
 
 
 async def test_a_fire_whose_audit_commit_fails_after_the_start_answers_the_start(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, manual: AutomationApp
 ) -> None:
     """Never 503 "retry" once the workflow started: a keyless retry would fire again."""
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
-    path = f"/ops/automations/{spec.id}/fire"
+    _, api, operator, path = manual
 
     async with audit_refused(temporal.pool, REFUSE_AUDIT_AT_COMMIT):
-        started = await api.http.post(path, json={}, headers=api.operator_headers())
+        started = await api.http.post(f"{path}/fire", json={}, headers=operator)
     assert started.status_code == 202, started.text
     await temporal.fired(started.json())
     assert await temporal.workflow_ids() == [started.json()["workflow_id"]]
@@ -140,12 +135,9 @@ async def test_a_lost_answer_retried_with_the_key_fires_once(
 
 
 async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, scheduled: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
-    path = f"/ops/automations/{spec.id}"
+    _, api, operator, path = scheduled
     keyed = {**operator, "Idempotency-Key": "before-the-pause"}
     first = await api.http.post(f"{path}/fire", json={}, headers=keyed)
     assert first.status_code == 202, first.text
@@ -163,11 +155,10 @@ async def test_a_repeat_after_a_pause_is_answered_and_a_new_key_is_refused(
 
 
 async def test_a_bad_idempotency_key_is_refused_and_fires_nothing(
-    temporal: TemporalHarness, app_factory: Any
+    temporal: TemporalHarness, manual: AutomationApp
 ) -> None:
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
-    path = f"/ops/automations/{spec.id}/fire"
+    _, api, operator, path = manual
+    path = f"{path}/fire"
     bearer = (b"Authorization", f"Bearer {OPERATOR_TOKEN}".encode())
     for bad in ("", "x" * 129, "has space", "slash/in", "semi;colon", "caf\u00e9"):
         headers = [bearer, (b"Idempotency-Key", bad.encode())]  # as bytes: é is not ASCII
@@ -180,7 +171,7 @@ async def test_a_bad_idempotency_key_is_refused_and_fires_nothing(
     assert [p["name"] for p in documented["parameters"] if p["in"] == "header"] == [
         "Idempotency-Key"
     ]
-    longest = {**api.operator_headers(), "Idempotency-Key": "k" * 128}
+    longest = {**operator, "Idempotency-Key": "k" * 128}
     accepted = await api.http.post(path, json={}, headers=longest)
     assert accepted.status_code == 202, accepted.text
     await temporal.fired(accepted.json())

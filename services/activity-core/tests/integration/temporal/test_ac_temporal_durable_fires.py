@@ -37,10 +37,8 @@ from ac_temporal_kit import TemporalHarness, definition, start_worker_harness
 from ac_testkit import AppClient
 from activity_core.db.pool import create_pool
 from activity_core.definitions.sync import sync_definitions
-from activity_core.temporal.client import TemporalClientProvider, connect
+from activity_core.temporal.client import connect
 from activity_core.temporal.dev_server import DevServer, free_port, start_dev_server
-from activity_core.temporal.fire import fire_manual, retry_fire
-from activity_core.temporal.payloads import RunActivityResult
 from activity_core.temporal.schedules import TemporalScheduleApplier
 from activity_core.temporal.worker import build_activities, build_worker
 
@@ -183,18 +181,8 @@ async def test_a_sink_down_for_its_whole_window_is_recorded_failed_and_a_retry_s
 
         # the sink is back; the operator retries the fire: same keys, the write is sent
         temporal.sink.failures = 0
-        retried = await retry_fire(
-            temporal.pool,
-            TemporalClientProvider(temporal.settings),
-            automation=temporal.slug,
-            fire=run_id,
-            task_queue=temporal.task_queue,
-        )
-        again = await temporal.result(
-            temporal.client.get_workflow_handle(
-                retried.workflow_id, run_id=retried.run_id, result_type=RunActivityResult
-            )
-        )
+        retried = await temporal.retry_fire(run_id)
+        again = await temporal.closed(retried.workflow_id, retried.run_id)
         assert again.triggering_event_id == result.triggering_event_id
         assert (again.emitted_count, again.sink_written, again.sink_failed) == (1, 1, 0)
         assert [r["id"] for r in await temporal.ops_runs()] == [ops["id"]]
@@ -313,13 +301,7 @@ async def test_fires_started_while_no_worker_polls_wait_without_a_timeout_and_th
         # a scheduled fire (the schedule's own action) and a manual one, with no worker
         schedule = harness.applier.handle(harness.slug)
         await schedule.trigger(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
-        manual = await fire_manual(
-            harness.pool,
-            TemporalClientProvider(harness.settings),
-            automation=harness.slug,
-            request={"correlation_id": "c-2"},
-            task_queue=harness.task_queue,
-        )
+        manual = await harness.fire_manual({"correlation_id": "c-2"})
         scheduled = await eventually(
             lambda: _first_action(schedule), what="the schedule to start its fire"
         )
@@ -475,18 +457,8 @@ async def test_a_retried_scheduled_fire_keeps_its_scheduled_time_and_keys(
         [original] = await temporal.activity_runs()
         assert original["status"] == "emitted" and original["scheduled_for"] is not None
 
-        retried = await retry_fire(
-            temporal.pool,
-            TemporalClientProvider(temporal.settings),
-            automation=temporal.slug,
-            fire=first_run,
-            task_queue=temporal.task_queue,
-        )
-        again = await temporal.result(
-            temporal.client.get_workflow_handle(
-                retried.workflow_id, run_id=retried.run_id, result_type=RunActivityResult
-            )
-        )
+        retried = await temporal.retry_fire(first_run)
+        again = await temporal.closed(retried.workflow_id, retried.run_id)
         assert again.triggering_event_id == original["triggering_event_id"]
         retry = await fire_row(temporal.pool, retried.run_id)
         assert retry is not None

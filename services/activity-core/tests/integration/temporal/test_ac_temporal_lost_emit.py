@@ -25,7 +25,6 @@ from ac_temporal_kit import TemporalHarness, definition, start_worker_harness
 from activity_core.temporal.activities import ActivityCoreActivities
 from activity_core.temporal.client import TemporalClientProvider
 from activity_core.temporal.dev_server import DevServer
-from activity_core.temporal.fire import fire_manual
 from activity_core.temporal.pause import AutomationPauses
 from activity_core.temporal.payloads import EmitInput, EmitOutcome, RunActivityResult
 
@@ -84,13 +83,7 @@ async def test_an_emission_whose_completion_was_lost_publishes_its_writes_though
     ):
         # a schedule (never due in the test), so that the automation can be paused
         await temporal.sync(definition(temporal.slug, cron="0 6 1 1 *"))
-        fired = await fire_manual(
-            temporal.pool,
-            TemporalClientProvider(temporal.settings),
-            automation=temporal.slug,
-            request={"correlation_id": "c-1"},
-            task_queue=temporal.task_queue,
-        )
+        fired = await temporal.fire_manual({"correlation_id": "c-1"})
         handle = temporal.client.get_workflow_handle(
             fired.workflow_id, run_id=fired.run_id, result_type=RunActivityResult
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_temporal_kit import TemporalHarness, automation_app, definition, temporal_app
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.dev_server import free_port
 
@@ -14,13 +14,12 @@ from activity_core.temporal.dev_server import free_port
 async def test_manual_fire_runs_the_workflow_and_queues_the_request_attribution(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = await temporal.define(cron=None)
-    api = await temporal_app(temporal, app_factory)
+    spec, api, operator, path = await automation_app(temporal, app_factory, cron=None)
 
     response = await api.http.post(
-        f"/ops/automations/{spec.id}/fire",
+        f"{path}/fire",
         json={"correlation_id": "corr-42", "goal_ref": "goal-7", "params": {"depth": 2}},
-        headers=api.operator_headers(),
+        headers=operator,
     )
     assert response.status_code == 202, response.text
     body = response.json()

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from ac_temporal_kit import TemporalHarness, definition, temporal_app
+from ac_temporal_kit import TemporalHarness, automation_app, definition, temporal_app
 from activity_core.definitions.model import definition_uuid
 from activity_core.temporal.dev_server import free_port
 from activity_core.temporal.schedules import NOTE_PAUSED
@@ -43,18 +43,18 @@ async def audit(temporal: TemporalHarness) -> list[tuple[str, str, str, str | No
 async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = await temporal.define(cron="30 7 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
+    spec, api, operator, path = await automation_app(
+        temporal, app_factory, cron="30 7 * * *", timezone="UTC"
+    )
 
-    active = await api.http.get(f"/ops/automations/{spec.id}", headers=operator)
+    active = await api.http.get(path, headers=operator)
     assert active.status_code == 200, active.text
     assert active.json()["paused"] is False
     assert active.json()["schedule"] == "active"
     assert len(active.json()["next_fire_times"]) >= 1
 
     paused = await api.http.post(
-        f"/ops/automations/{spec.id}/pause",
+        f"{path}/pause",
         json={"reason": "vendor outage\nuntil Monday\u202e"},
         headers={**operator, "X-Request-Id": "req-pause-1"},
     )
@@ -91,19 +91,19 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     assert again.json() == body
 
     # a paused automation does not fire, manually either
-    fire = await api.http.post(f"/ops/automations/{spec.id}/fire", json={}, headers=operator)
+    fire = await api.http.post(f"{path}/fire", json={}, headers=operator)
     assert fire.status_code == 409
     assert fire.json()["code"] == "state_conflict"
 
     # the read shows the same
-    seen = await api.http.get(f"/ops/automations/{spec.id}", headers=operator)
+    seen = await api.http.get(path, headers=operator)
     assert seen.status_code == 200
     assert seen.json() == body
     listed = await api.http.get("/ops/automations", headers=operator)
     [summary] = [a for a in listed.json()["automations"] if a["slug"] == spec.id]
     assert summary["paused"] is True
 
-    resumed = await api.http.post(f"/ops/automations/{spec.id}/resume", headers=operator)
+    resumed = await api.http.post(f"{path}/resume", headers=operator)
     assert resumed.status_code == 200, resumed.text
     after = resumed.json()
     assert after["paused"] is False
@@ -116,7 +116,7 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
     assert (stored["paused"], stored["paused_by"], stored["paused_at"]) == (False, None, None)
     assert (await schedule_paused(temporal, spec.id))[0] is False
 
-    repeat = await api.http.post(f"/ops/automations/{spec.id}/resume", headers=operator)
+    repeat = await api.http.post(f"{path}/resume", headers=operator)
     assert repeat.status_code == 200
     assert repeat.json() == after
 
@@ -133,10 +133,10 @@ async def test_pause_and_resume_keep_the_database_and_the_schedule_in_agreement(
 async def test_a_sync_keeps_an_operators_pause_and_a_resume_follows_the_new_cron(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = await temporal.define(cron="0 6 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
-    paused = await api.http.post(f"/ops/automations/{spec.id}/pause", headers=operator)
+    spec, api, operator, path = await automation_app(
+        temporal, app_factory, cron="0 6 * * *", timezone="UTC"
+    )
+    paused = await api.http.post(f"{path}/pause", headers=operator)
     assert paused.status_code == 200, paused.text
     assert paused.json()["reason"] is None
 
@@ -158,12 +158,12 @@ async def test_a_sync_keeps_an_operators_pause_and_a_resume_follows_the_new_cron
     assert described.schedule.state.note == "activity-core: paused by operator operator"
     [calendar] = described.schedule.spec.calendars
     assert calendar.hour[0].start == 9 and calendar.minute[0].start == 45
-    seen = (await api.http.get(f"/ops/automations/{spec.id}", headers=operator)).json()
+    seen = (await api.http.get(path, headers=operator)).json()
     assert seen["paused"] is True and seen["schedule"] == "paused"
     assert seen["cron"] == "45 9 * * *"
     assert seen["next_fire_times"] == []
 
-    resumed = await api.http.post(f"/ops/automations/{spec.id}/resume", headers=operator)
+    resumed = await api.http.post(f"{path}/resume", headers=operator)
     assert resumed.status_code == 200, resumed.text
     fires = [datetime.fromisoformat(t) for t in resumed.json()["next_fire_times"]]
     assert fires
@@ -296,9 +296,9 @@ async def test_pause_answers_503_while_temporal_is_down_and_changes_nothing(
 async def test_the_ops_ui_shows_the_pause_and_the_next_fires(
     temporal: TemporalHarness, app_factory: Any
 ) -> None:
-    spec = await temporal.define(cron="15 5 * * *", timezone="UTC")
-    api = await temporal_app(temporal, app_factory)
-    operator = api.operator_headers()
+    spec, api, operator, path = await automation_app(
+        temporal, app_factory, cron="15 5 * * *", timezone="UTC"
+    )
     page = f"/ops/ui/automations/{spec.id}"
 
     active = await api.http.get(page, headers=operator)
@@ -309,7 +309,7 @@ async def test_the_ops_ui_shows_the_pause_and_the_next_fires(
     assert f'datetime="{first.isoformat()}"' in active.text
 
     paused = await api.http.post(
-        f"/ops/automations/{spec.id}/pause",
+        f"{path}/pause",
         json={"reason": "<script>alert(1)</script> & more"},
         headers=operator,
     )
