@@ -17,13 +17,12 @@ its directory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e_kit.db import drop_database, fresh_database
+from e2e_kit.db import own_database
 from e2e_kit.git import make_repository
 from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import (
@@ -34,7 +33,6 @@ from e2e_kit.scenarios import (
     write_profiles,
 )
 from e2e_kit.stack import Stack, new_token, processes_under, start_stack
-from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.stack import base_environment, temporal_dev_server
 from ops_devsupport.processes import ManagedProcess, Supervisor
 from ops_testsupport.git_server import GitServer, running_git_server
@@ -76,17 +74,8 @@ def tokens() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def session_dsn(e2e_root: Path) -> Iterator[str]:
     """A fresh database: on TEST_DATABASE_URL's server, else on an embedded one."""
-    server = os.environ.get("TEST_DATABASE_URL")
-    if server:
-        name, dsn = fresh_database(server)
+    with own_database(e2e_root, "e2e") as dsn:
         yield dsn
-        drop_database(server, name)
-        return
-    embedded = EmbeddedPostgres(e2e_root / "postgres", database="e2e")
-    try:
-        yield embedded.start()
-    finally:
-        embedded.close()
 
 
 @pytest.fixture(scope="session")
@@ -120,39 +109,35 @@ def stack(
     paths: dict[str, Path],
     forge: GitServer,
 ) -> Iterator[Stack]:
-    before = len(supervisor.processes)
-    built = start_stack(
-        sup=supervisor,
-        root=e2e_root,
-        dsn=session_dsn,
-        temporal_address=temporal,
-        hub=hub,
-        tokens=tokens,
-        definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
-        profiles=paths["profiles"],
-        repositories=paths["repositories"],
-        task_queue="e2e-session",
-        replicas=2,
-        name="session",
-        extra={
-            "ACTIVITY_CORE_REPOSITORY_URL": f"{forge.base_url}/{{target_repo}}.git",
-            "ACTIVITY_CORE_REPOSITORY_USERNAME": forge.username,
-            "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(
-                forge.write_token_file(e2e_root / "forge-secrets")
-            ),
-        },
-    )
-    yield built
-    built.db.close()
-    # its processes go before its database does
-    for process in reversed(supervisor.processes[before:]):
-        process.cleanup()
+    # its processes go (at the end of the scope) before its database does
+    with supervisor.scope():
+        built = start_stack(
+            sup=supervisor,
+            root=e2e_root,
+            dsn=session_dsn,
+            temporal_address=temporal,
+            hub=hub,
+            tokens=tokens,
+            definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
+            profiles=paths["profiles"],
+            repositories=paths["repositories"],
+            task_queue="e2e-session",
+            replicas=2,
+            name="session",
+            extra={
+                "ACTIVITY_CORE_REPOSITORY_URL": f"{forge.base_url}/{{target_repo}}.git",
+                "ACTIVITY_CORE_REPOSITORY_USERNAME": forge.username,
+                "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(
+                    forge.write_token_file(e2e_root / "forge-secrets")
+                ),
+            },
+        )
+        yield built
+        built.db.close()
 
 
 @pytest.fixture
 def scenario_processes(supervisor: Supervisor) -> Iterator[list[ManagedProcess]]:
     """Every process a scenario starts (its workers) is stopped when it ends."""
-    before = len(supervisor.processes)
-    yield supervisor.processes
-    for process in reversed(supervisor.processes[before:]):
-        process.cleanup()
+    with supervisor.scope() as processes:
+        yield processes

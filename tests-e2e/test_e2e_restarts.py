@@ -39,27 +39,25 @@ def restart_stack(
 ) -> Iterator[tuple[Stack, EmbeddedPostgres]]:
     root = e2e_root / "restart"
     postgres = EmbeddedPostgres(root / "postgres", database="e2e_restart")
-    before = len(supervisor.processes)
     try:
-        stack = start_stack(
-            sup=supervisor,
-            root=root,
-            dsn=postgres.start(),
-            temporal_address=temporal,
-            hub=hub,
-            tokens=tokens,
-            definitions=write_definitions(root / "definitions", RESTART_DEFINITIONS),
-            profiles=paths["profiles"],
-            repositories=paths["repositories"],
-            task_queue="e2e-restart",
-            replicas=1,
-            name="restart",
-        )
-        yield stack, postgres
-        stack.db.close()
+        with supervisor.scope():
+            stack = start_stack(
+                sup=supervisor,
+                root=root,
+                dsn=postgres.start(),
+                temporal_address=temporal,
+                hub=hub,
+                tokens=tokens,
+                definitions=write_definitions(root / "definitions", RESTART_DEFINITIONS),
+                profiles=paths["profiles"],
+                repositories=paths["repositories"],
+                task_queue="e2e-restart",
+                replicas=1,
+                name="restart",
+            )
+            yield stack, postgres
+            stack.db.close()
     finally:
-        for process in reversed(supervisor.processes[before:]):
-            process.cleanup()
         postgres.close()
 
 
