@@ -312,15 +312,24 @@ def test_normalize_result_is_total_bounded_allowlisted_and_idempotent(raw: objec
     assert json.loads(json.dumps(result)) == result
 
 
+def assert_normalized_section(
+    normalize: Callable[[object], dict[str, JsonValue] | None], raw: object, key: str
+) -> dict[str, JsonValue] | None:
+    """What `normalize` makes of `raw` for the result's `key`: absent, or a non-empty,
+    bounded, allowlisted section that normalizes to itself."""
+    section = normalize(raw)
+    if section is not None:
+        assert section
+        assert find_bound_violations(section) == []
+        assert_allowlisted({key: section})
+    assert normalize(section) == section
+    return section
+
+
 @BOUNDED
 @given(st.one_of(anything, plausible_evidence))
 def test_normalize_execution_evidence_properties(raw: object) -> None:
-    evidence = normalize_execution_evidence(raw)
-    if evidence is not None:
-        assert evidence
-        assert find_bound_violations(evidence) == []
-        assert_allowlisted({"execution_evidence": evidence})
-    assert normalize_execution_evidence(evidence) == evidence
+    evidence = assert_normalized_section(normalize_execution_evidence, raw, "execution_evidence")
     compact = compact_execution_evidence(raw)
     assert set(compact) <= COMPACT_EVIDENCE_KEYS
     assert compact == {k: v for k, v in (evidence or {}).items() if k in COMPACT_EVIDENCE_KEYS}
@@ -330,12 +339,7 @@ def test_normalize_execution_evidence_properties(raw: object) -> None:
 @BOUNDED
 @given(st.one_of(anything, plausible_transaction))
 def test_normalize_repository_transaction_properties(raw: object) -> None:
-    transaction = normalize_repository_transaction(raw)
-    if transaction is not None:
-        assert transaction
-        assert find_bound_violations(transaction) == []
-        assert_allowlisted({"repository_transaction": transaction})
-    assert normalize_repository_transaction(transaction) == transaction
+    assert_normalized_section(normalize_repository_transaction, raw, "repository_transaction")
 
 
 @BOUNDED
