@@ -25,6 +25,7 @@ import pytest
 from e2e_kit.db import own_database
 from e2e_kit.git import make_repository
 from e2e_kit.hub import StubHub
+from e2e_kit.proxy import DroppingProxy
 from e2e_kit.scenarios import (
     REPOSITORIES,
     SESSION_DEFINITIONS,
@@ -34,7 +35,7 @@ from e2e_kit.scenarios import (
 )
 from e2e_kit.stack import Stack, new_token, processes_under, start_stack
 from ops_demo.stack import base_environment, temporal_dev_server
-from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_devsupport.processes import Supervisor
 from ops_testsupport.git_server import GitServer, running_git_server
 
 
@@ -137,7 +138,16 @@ def stack(
 
 
 @pytest.fixture
-def scenario_processes(supervisor: Supervisor) -> Iterator[list[ManagedProcess]]:
+def proxy(stack: Stack) -> Iterator[DroppingProxy]:
+    """A proxy in front of serve replica 1 that drops the answers to `complete`s until
+    told otherwise (e2e_kit/proxy.py), for the scenarios whose closes go astray."""
+    server = DroppingProxy(stack.url(0))
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def scenario_processes(supervisor: Supervisor) -> Iterator[None]:
     """Every process a scenario starts (its workers) is stopped when it ends."""
-    with supervisor.scope() as processes:
-        yield processes
+    with supervisor.scope():
+        yield

@@ -80,7 +80,7 @@ _OUTAGE_SIGNS = (
 
 @pytest.mark.timeout(240)
 def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothing(
-    restart_stack: tuple[Stack, EmbeddedPostgres], scenario_processes: list[ManagedProcess]
+    restart_stack: tuple[Stack, EmbeddedPostgres],
 ) -> None:
     stack, postgres = restart_stack
     repository = stack.repositories / "e2e" / "restart"

@@ -450,13 +450,12 @@ class Supervisor:
         return CommandResult(code, process.output())
 
     @contextlib.contextmanager
-    def scope(self) -> Iterator[list[ManagedProcess]]:
+    def scope(self) -> Iterator[None]:
         """A block whose processes go when it ends: every process registered inside it is
-        stopped (newest first) on the way out, the supervisor's earlier ones stay. Yields
-        the supervisor's list of processes."""
+        stopped (newest first) on the way out, the supervisor's earlier ones stay."""
         before = len(self.processes)
         try:
-            yield self.processes
+            yield
         finally:
             for process in reversed(self.processes[before:]):
                 process.cleanup()
