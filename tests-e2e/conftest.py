@@ -33,7 +33,7 @@ from e2e_kit.scenarios import (
     write_definitions,
     write_profiles,
 )
-from e2e_kit.stack import Stack, new_token, processes_under, start_stack
+from e2e_kit.stack import SharedPeers, Stack, new_token, processes_under
 from ops_demo.stack import base_environment, temporal_dev_server
 from ops_devsupport.processes import Supervisor
 from ops_testsupport.git_server import GitServer, running_git_server
@@ -100,41 +100,43 @@ def forge(e2e_root: Path) -> Iterator[GitServer]:
 
 
 @pytest.fixture(scope="session")
-def stack(
+def peers(
     supervisor: Supervisor,
-    e2e_root: Path,
-    session_dsn: str,
     temporal: str,
     hub: StubHub,
     tokens: dict[str, str],
     paths: dict[str, Path],
-    forge: GitServer,
+) -> SharedPeers:
+    return SharedPeers(
+        sup=supervisor,
+        temporal_address=temporal,
+        hub=hub,
+        tokens=tokens,
+        profiles=paths["profiles"],
+        repositories=paths["repositories"],
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(
+    peers: SharedPeers, e2e_root: Path, session_dsn: str, forge: GitServer
 ) -> Iterator[Stack]:
-    # its processes go (at the end of the scope) before its database does
-    with supervisor.scope():
-        built = start_stack(
-            sup=supervisor,
-            root=e2e_root,
-            dsn=session_dsn,
-            temporal_address=temporal,
-            hub=hub,
-            tokens=tokens,
-            definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
-            profiles=paths["profiles"],
-            repositories=paths["repositories"],
-            task_queue="e2e-session",
-            replicas=2,
-            name="session",
-            extra={
-                "ACTIVITY_CORE_REPOSITORY_URL": f"{forge.base_url}/{{target_repo}}.git",
-                "ACTIVITY_CORE_REPOSITORY_USERNAME": forge.username,
-                "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(
-                    forge.write_token_file(e2e_root / "forge-secrets")
-                ),
-            },
-        )
+    with peers.deployment(
+        root=e2e_root,
+        dsn=session_dsn,
+        definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
+        task_queue="e2e-session",
+        replicas=2,
+        name="session",
+        extra={
+            "ACTIVITY_CORE_REPOSITORY_URL": f"{forge.base_url}/{{target_repo}}.git",
+            "ACTIVITY_CORE_REPOSITORY_USERNAME": forge.username,
+            "ACTIVITY_CORE_REPOSITORY_TOKEN_FILE": str(
+                forge.write_token_file(e2e_root / "forge-secrets")
+            ),
+        },
+    ) as built:
         yield built
-        built.db.close()
 
 
 @pytest.fixture
