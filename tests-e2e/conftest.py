@@ -17,15 +17,15 @@ its directory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e_kit.db import drop_database, fresh_database
+from e2e_kit.db import own_database
 from e2e_kit.git import make_repository
 from e2e_kit.hub import StubHub
+from e2e_kit.proxy import DroppingProxy
 from e2e_kit.scenarios import (
     REPOSITORIES,
     SESSION_DEFINITIONS,
@@ -33,10 +33,9 @@ from e2e_kit.scenarios import (
     write_definitions,
     write_profiles,
 )
-from e2e_kit.stack import Stack, new_token, processes_under, start_stack
-from ops_demo.postgres import EmbeddedPostgres
+from e2e_kit.stack import SharedPeers, Stack, new_token, processes_under
 from ops_demo.stack import base_environment, temporal_dev_server
-from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_devsupport.processes import Supervisor
 from ops_testsupport.git_server import GitServer, running_git_server
 
 
@@ -76,17 +75,8 @@ def tokens() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def session_dsn(e2e_root: Path) -> Iterator[str]:
     """A fresh database: on TEST_DATABASE_URL's server, else on an embedded one."""
-    server = os.environ.get("TEST_DATABASE_URL")
-    if server:
-        name, dsn = fresh_database(server)
+    with own_database(e2e_root, "e2e") as dsn:
         yield dsn
-        drop_database(server, name)
-        return
-    embedded = EmbeddedPostgres(e2e_root / "postgres", database="e2e")
-    try:
-        yield embedded.start()
-    finally:
-        embedded.close()
 
 
 @pytest.fixture(scope="session")
@@ -110,27 +100,31 @@ def forge(e2e_root: Path) -> Iterator[GitServer]:
 
 
 @pytest.fixture(scope="session")
-def stack(
+def peers(
     supervisor: Supervisor,
-    e2e_root: Path,
-    session_dsn: str,
     temporal: str,
     hub: StubHub,
     tokens: dict[str, str],
     paths: dict[str, Path],
-    forge: GitServer,
-) -> Iterator[Stack]:
-    before = len(supervisor.processes)
-    built = start_stack(
+) -> SharedPeers:
+    return SharedPeers(
         sup=supervisor,
-        root=e2e_root,
-        dsn=session_dsn,
         temporal_address=temporal,
         hub=hub,
         tokens=tokens,
-        definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
         profiles=paths["profiles"],
         repositories=paths["repositories"],
+    )
+
+
+@pytest.fixture(scope="session")
+def stack(
+    peers: SharedPeers, e2e_root: Path, session_dsn: str, forge: GitServer
+) -> Iterator[Stack]:
+    with peers.deployment(
+        root=e2e_root,
+        dsn=session_dsn,
+        definitions=write_definitions(e2e_root / "definitions", SESSION_DEFINITIONS),
         task_queue="e2e-session",
         replicas=2,
         name="session",
@@ -141,18 +135,21 @@ def stack(
                 forge.write_token_file(e2e_root / "forge-secrets")
             ),
         },
-    )
-    yield built
-    built.db.close()
-    # its processes go before its database does
-    for process in reversed(supervisor.processes[before:]):
-        process.cleanup()
+    ) as built:
+        yield built
 
 
 @pytest.fixture
-def scenario_processes(supervisor: Supervisor) -> Iterator[list[ManagedProcess]]:
+def proxy(stack: Stack) -> Iterator[DroppingProxy]:
+    """A proxy in front of serve replica 1 that drops the answers to `complete`s until
+    told otherwise (e2e_kit/proxy.py), for the scenarios whose closes go astray."""
+    server = DroppingProxy(stack.url(0))
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def scenario_processes(supervisor: Supervisor) -> Iterator[None]:
     """Every process a scenario starts (its workers) is stopped when it ends."""
-    before = len(supervisor.processes)
-    yield supervisor.processes
-    for process in reversed(supervisor.processes[before:]):
-        process.cleanup()
+    with supervisor.scope():
+        yield

@@ -21,7 +21,6 @@ from e2e_kit.stack import (
     processes_under,
 )
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-cancel"
 WORKER = "e2e-cancel"
@@ -29,9 +28,7 @@ LEASE_SECONDS = 3  # a heartbeat every second
 REASON = "wrong target: INC-1234"
 
 
-def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(
-    stack: Stack, scenario_processes: list[ManagedProcess]
-) -> None:
+def test_a_run_cancelled_mid_execution_stops_its_worker_within_one_heartbeat(stack: Stack) -> None:
     repository = stack.repositories / "e2e" / "cancel"
     baseline = git(repository, "rev-parse", "HEAD")
     config = stack.worker_config(WORKER, lease_seconds=LEASE_SECONDS)

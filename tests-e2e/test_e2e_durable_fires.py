@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
-import os
 import textwrap
 import time
 from collections.abc import Iterator
@@ -34,11 +33,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from e2e_kit.db import Db, drop_database, fresh_database
+from e2e_kit.db import Db, own_database
 from e2e_kit.flaky_hub import FlakyHub
 from e2e_kit.stack import Stack, new_token
 from e2e_kit.tcp_proxy import TcpProxy
-from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.stack import (
     ActivityCoreConfig,
     activity_core_migrate,
@@ -111,6 +109,19 @@ class Deployment:
     def fire_row(self, run_id: str) -> Any:
         return self.stack.db.fetchrow("SELECT * FROM activity_runs WHERE run_id = $1", run_id)
 
+    def sink_writes(self, run_id: str, count: str, *, timeout: float, what: str) -> Any:
+        """The fire's detail, once all three of its State Hub writes are `count` ("written"
+        or "failed")."""
+        return self.stack.wait(
+            lambda: (d := self.detail(run_id)) and d["run"]["sink_writes"][count] == 3 and d,
+            timeout=timeout,
+            what=what,
+        )
+
+    def assert_each_task_written_once(self, triggering_event_id: str) -> None:
+        keys = self.keys_of(triggering_event_id)
+        assert self.hub.ok_answers(keys) == dict.fromkeys(keys, 1)
+
     def emitted(self, run_id: str, *, what: str) -> Any:
         """The fire's row, once it is emitted (within 60 s)."""
         return self.stack.wait(
@@ -126,66 +137,53 @@ class Deployment:
 def durable(supervisor: Supervisor, e2e_root: Path, temporal: str) -> Iterator[Deployment]:
     root = e2e_root / "durable"
     root.mkdir()
-    server = os.environ.get("TEST_DATABASE_URL")
-    embedded: EmbeddedPostgres | None = None
-    if server:
-        name, dsn = fresh_database(server, prefix="e2e_durable")
-    else:
-        embedded = EmbeddedPostgres(root / "postgres", database="e2e_durable")
-        dsn = embedded.start()
-    proxy = TcpProxy.for_dsn(dsn)
-    hub = FlakyHub()
-    before = len(supervisor.processes)
-    config = ActivityCoreConfig(
-        database_url=dsn,
-        temporal_address=temporal,
-        operator_token=new_token(),
-        task_queue=TASK_QUEUE,
-        state_hub_url=hub.url,
-        extra=FAST_RETRIES,
-    )
-    # the Temporal worker reaches PostgreSQL only through the proxy
-    worker_config = dataclasses.replace(config, database_url=proxy.dsn(dsn))
-    try:
-        activity_core_migrate(supervisor, config)
-        definitions = root / "definitions"
-        definitions.mkdir()
-        (definitions / f"{SLUG}.yaml").write_text(_definition(), encoding="utf-8")
-        stack = Stack(
-            root=root,
-            sup=supervisor,
-            db=Db(dsn),
-            config=config,
+    with own_database(root, "e2e_durable") as dsn:
+        proxy = TcpProxy.for_dsn(dsn)
+        hub = FlakyHub()
+        config = ActivityCoreConfig(
+            database_url=dsn,
             temporal_address=temporal,
-            hub=hub,  # type: ignore[arg-type]
-            tokens={},
-            profiles=root / "unused-profiles.yaml",
-            repositories=root / "unused-repositories",
+            operator_token=new_token(),
+            task_queue=TASK_QUEUE,
+            state_hub_url=hub.url,
+            extra=FAST_RETRIES,
         )
-        stack.serves.append(activity_core_serve(supervisor, config, name="durable-serve"))
-        stack.temporal_worker = activity_core_temporal_worker(
-            supervisor, worker_config, name="durable-temporal-worker"
-        )
-        synced = sync_definitions(supervisor, config, [definitions])
-        assert "definitions synced" in synced.output, synced.output
-        yield Deployment(stack, proxy, hub)
-        stack.db.close()
-    finally:
-        for process in reversed(supervisor.processes[before:]):
-            process.cleanup()
-        proxy.close()
-        hub.close()
-        if embedded is not None:
-            embedded.close()
-        elif server:
-            drop_database(server, name)
+        # the Temporal worker reaches PostgreSQL only through the proxy
+        worker_config = dataclasses.replace(config, database_url=proxy.dsn(dsn))
+        try:
+            with supervisor.scope():
+                activity_core_migrate(supervisor, config)
+                definitions = root / "definitions"
+                definitions.mkdir()
+                (definitions / f"{SLUG}.yaml").write_text(_definition(), encoding="utf-8")
+                stack = Stack(
+                    root=root,
+                    sup=supervisor,
+                    db=Db(dsn),
+                    config=config,
+                    temporal_address=temporal,
+                    hub=hub,  # type: ignore[arg-type]
+                    tokens={},
+                    profiles=root / "unused-profiles.yaml",
+                    repositories=root / "unused-repositories",
+                )
+                stack.serves.append(activity_core_serve(supervisor, config, name="durable-serve"))
+                stack.temporal_worker = activity_core_temporal_worker(
+                    supervisor, worker_config, name="durable-temporal-worker"
+                )
+                synced = sync_definitions(supervisor, config, [definitions])
+                assert "definitions synced" in synced.output, synced.output
+                yield Deployment(stack, proxy, hub)
+                stack.db.close()
+        finally:
+            proxy.close()
+            hub.close()
 
 
 @pytest.mark.timeout(180)
 def test_a_database_outage_at_fire_time_still_emits_every_ops_run_once(
     durable: Deployment,
 ) -> None:
-    stack = durable.stack
     durable.proxy.cut()
     try:
         run_id = durable.fire()  # serve reaches the database; the worker does not
@@ -200,16 +198,10 @@ def test_a_database_outage_at_fire_time_still_emits_every_ops_run_once(
     runs = durable.ops_runs_of(event)
     assert sorted(r["idempotency_key"] for r in runs) == sorted(durable.keys_of(event))
     assert {r["state"] for r in runs} == {"open"}
-    detail = stack.wait(
-        lambda: (d := durable.detail(run_id)) and d["run"]["sink_writes"]["written"] == 3 and d,
-        timeout=30,
-        what="the fire's State Hub writes",
-    )
+    detail = durable.sink_writes(run_id, "written", timeout=30, what="the fire's State Hub writes")
     assert detail["run"]["status"] == "emitted"
     assert detail["run"]["error"] is None
-    assert durable.hub.ok_answers(durable.keys_of(event)) == dict.fromkeys(
-        durable.keys_of(event), 1
-    )
+    durable.assert_each_task_written_once(event)
     assert {durable.hub.accepted[key]["ops_run_id"] for key in durable.keys_of(event)} == {
         str(r["id"]) for r in runs
     }
@@ -243,16 +235,12 @@ def test_a_state_hub_down_for_a_while_never_holds_up_the_queue_and_gets_each_tas
     finally:
         durable.hub.set_down(False)
     event = fire["triggering_event_id"]
-    detail = stack.wait(
-        lambda: (d := durable.detail(run_id)) and d["run"]["sink_writes"]["written"] == 3 and d,
-        timeout=30,
-        what="each task to be written once State Hub is back",
+    detail = durable.sink_writes(
+        run_id, "written", timeout=30, what="each task to be written once State Hub is back"
     )
     assert detail["run"]["sink_writes"] == {"written": 3, "pending": 0, "failed": 0, "error": None}
     assert len(durable.ops_runs_of(event)) == 3
-    assert durable.hub.ok_answers(durable.keys_of(event)) == dict.fromkeys(
-        durable.keys_of(event), 1
-    )
+    durable.assert_each_task_written_once(event)
 
 
 @pytest.mark.timeout(180)
@@ -263,8 +251,9 @@ def test_a_state_hub_down_past_the_window_is_shown_failed_and_retry_fire_sends_i
     durable.hub.set_down(True)
     try:
         run_id = durable.fire()
-        detail = stack.wait(
-            lambda: (d := durable.detail(run_id)) and d["run"]["sink_writes"]["failed"] == 3 and d,
+        detail = durable.sink_writes(
+            run_id,
+            "failed",
             timeout=60,
             what="the fire's State Hub writes to fail at the end of the window",
         )
@@ -294,19 +283,13 @@ def test_a_state_hub_down_past_the_window_is_shown_failed_and_retry_fire_sends_i
         timeout=30,
         what="the retry to be recorded",
     )
-    detail = stack.wait(
-        lambda: (
-            (d := durable.detail(retry["run_id"])) and d["run"]["sink_writes"]["written"] == 3 and d
-        ),
-        timeout=30,
-        what="the retry to write the failed tasks",
+    detail = durable.sink_writes(
+        retry["run_id"], "written", timeout=30, what="the retry to write the failed tasks"
     )
     assert detail["run"]["triggering_event_id"] == event
     assert detail["run"]["retry_of"] == run_id
     assert len(durable.ops_runs_of(event)) == 3  # nothing queued twice
-    assert durable.hub.ok_answers(durable.keys_of(event)) == dict.fromkeys(
-        durable.keys_of(event), 1
-    )
+    durable.assert_each_task_written_once(event)
     page = html.unescape(stack.ui_page(f"/ops/ui/automations/{SLUG}/runs/{run_id}").text)
     assert "Issue sink writes failed" not in page  # the original fire's writes are done too
 

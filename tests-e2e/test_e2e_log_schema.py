@@ -322,7 +322,6 @@ def config(supervisor: Supervisor, session_dsn: str) -> ActivityCoreConfig:
     return built
 
 
-@pytest.mark.usefixtures("scenario_processes")
 def test_serve_and_worker_write_every_line_in_the_schema(
     supervisor: Supervisor, session_dsn: str, config: ActivityCoreConfig, tmp_path: Path
 ) -> None:

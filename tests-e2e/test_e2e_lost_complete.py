@@ -6,28 +6,18 @@ not repeated."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from e2e_kit.git import commits_on, landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, log_lines, outbox, ui_facts
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess, console_script
+from ops_devsupport.processes import console_script
 
 SLUG = "e2e-lost"
 
 
-@pytest.fixture
-def proxy(stack: Stack) -> Iterator[DroppingProxy]:
-    server = DroppingProxy(stack.url(0))
-    yield server
-    server.close()
-
-
 def test_a_lost_complete_answer_is_kept_replayed_at_the_next_start_and_reconciled(
-    stack: Stack, proxy: DroppingProxy, scenario_processes: list[ManagedProcess]
+    stack: Stack, proxy: DroppingProxy
 ) -> None:
     repository = stack.repositories / "e2e" / "lost"
     baseline = git(repository, "rev-parse", "HEAD")

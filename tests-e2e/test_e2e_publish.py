@@ -18,7 +18,6 @@ import asyncpg
 import httpx
 
 from e2e_kit.stack import Stack
-from ops_devsupport.processes import ManagedProcess
 from ops_testsupport.git_server import GitServer
 
 SLUG = "e2e-publish"
@@ -68,7 +67,6 @@ def _publication(api: httpx.Client, run_id: str) -> dict[str, Any] | None:
 
 def test_fire_run_changes_publish_lands_head_after_on_the_forge(
     stack: Stack,
-    scenario_processes: list[ManagedProcess],
     forge: GitServer,
     tmp_path: Path,
 ) -> None:

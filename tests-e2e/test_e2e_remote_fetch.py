@@ -26,7 +26,6 @@ from e2e_kit.git import landing_branches
 from e2e_kit.stack import Stack, delivered_closes, outbox
 from e2e_kit.tcp_proxy import TcpProxy
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess
 from ops_testsupport.git_server import GitServer
 
 SLUG = "e2e-remote"
@@ -70,7 +69,6 @@ def _files_holding(directory: Path, secret: bytes) -> list[Path]:
 
 def test_runs_start_from_the_remotes_current_head_and_a_broken_fetch_is_reopened(
     stack: Stack,
-    scenario_processes: list[ManagedProcess],
     git_server: GitServer,
     tmp_path: Path,
 ) -> None:

@@ -8,14 +8,11 @@ from __future__ import annotations
 from e2e_kit.git import landing_branches
 from e2e_kit.stack import Stack, delivered_closes, log_lines, outbox, ui_facts
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-reopen"
 
 
-def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(
-    stack: Stack, scenario_processes: list[ManagedProcess]
-) -> None:
+def test_three_reopened_failures_end_the_run_failed_at_the_attempt_ceiling(stack: Stack) -> None:
     repository = stack.repositories / "e2e" / "reopen"
     baseline = git(repository, "rev-parse", "HEAD")
     config = stack.worker_config("e2e-reopen", lease_seconds=10)

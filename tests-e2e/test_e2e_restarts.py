@@ -17,49 +17,31 @@ from pathlib import Path
 import pytest
 
 from e2e_kit.git import commits_on, landing_branches
-from e2e_kit.hub import StubHub
 from e2e_kit.scenarios import RESTART_DEFINITIONS, write_definitions
-from e2e_kit.stack import Stack, approaches, log_lines, outbox, start_stack, ui_facts
+from e2e_kit.stack import SharedPeers, Stack, approaches, log_lines, outbox, ui_facts
 from ops_demo.postgres import EmbeddedPostgres
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess, Supervisor
+from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-restart"
 WORKERS = ("e2e-restart-1", "e2e-restart-2")
 
 
 @pytest.fixture(scope="module")
-def restart_stack(
-    supervisor: Supervisor,
-    e2e_root: Path,
-    temporal: str,
-    hub: StubHub,
-    tokens: dict[str, str],
-    paths: dict[str, Path],
-) -> Iterator[tuple[Stack, EmbeddedPostgres]]:
+def restart_stack(peers: SharedPeers, e2e_root: Path) -> Iterator[tuple[Stack, EmbeddedPostgres]]:
     root = e2e_root / "restart"
     postgres = EmbeddedPostgres(root / "postgres", database="e2e_restart")
-    before = len(supervisor.processes)
     try:
-        stack = start_stack(
-            sup=supervisor,
+        with peers.deployment(
             root=root,
             dsn=postgres.start(),
-            temporal_address=temporal,
-            hub=hub,
-            tokens=tokens,
             definitions=write_definitions(root / "definitions", RESTART_DEFINITIONS),
-            profiles=paths["profiles"],
-            repositories=paths["repositories"],
             task_queue="e2e-restart",
             replicas=1,
             name="restart",
-        )
-        yield stack, postgres
-        stack.db.close()
+        ) as stack:
+            yield stack, postgres
     finally:
-        for process in reversed(supervisor.processes[before:]):
-            process.cleanup()
         postgres.close()
 
 
@@ -82,7 +64,7 @@ _OUTAGE_SIGNS = (
 
 @pytest.mark.timeout(240)
 def test_restarting_activity_core_and_postgresql_mid_run_loses_and_repeats_nothing(
-    restart_stack: tuple[Stack, EmbeddedPostgres], scenario_processes: list[ManagedProcess]
+    restart_stack: tuple[Stack, EmbeddedPostgres],
 ) -> None:
     stack, postgres = restart_stack
     repository = stack.repositories / "e2e" / "restart"

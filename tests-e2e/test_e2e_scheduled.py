@@ -14,13 +14,12 @@ from e2e_kit.git import commits_on, landing_branches, show
 from e2e_kit.stack import Stack, outbox
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-scheduled"
 
 
 def test_a_scheduled_fire_flows_to_a_completed_run_with_its_artefact_in_the_ui(
-    stack: Stack, scenario_processes: list[ManagedProcess]
+    stack: Stack,
 ) -> None:
     repository = stack.repositories / "e2e" / "scheduled"
     baseline = git(repository, "rev-parse", "HEAD")

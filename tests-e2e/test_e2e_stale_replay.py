@@ -11,31 +11,20 @@ same owner, active lease."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from e2e_kit.git import landing_branches
 from e2e_kit.proxy import DroppingProxy
 from e2e_kit.stack import Stack, approaches, outbox
-from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-stale"
 WORKER = "e2e-stale"
 
 
-@pytest.fixture
-def proxy(stack: Stack) -> Iterator[DroppingProxy]:
-    server = DroppingProxy(stack.url(0))
-    server.pass_through()
-    server.hold_completes()
-    yield server
-    server.close()
-
-
 def test_a_close_held_past_its_attempt_is_refused_and_the_later_attempt_applies(
-    stack: Stack, proxy: DroppingProxy, scenario_processes: list[ManagedProcess]
+    stack: Stack, proxy: DroppingProxy
 ) -> None:
+    proxy.pass_through()
+    proxy.hold_completes()
     repository = stack.repositories / "e2e" / "stale"
     first_config = stack.worker_config(
         WORKER, url=proxy.url, lease_seconds=3, state_dir=stack.root / "workers" / "e2e-stale-a"

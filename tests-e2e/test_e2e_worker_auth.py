@@ -30,9 +30,7 @@ def _refusals(stack: Stack, code: str) -> float:
     return total
 
 
-def test_a_worker_with_a_wrong_or_foreign_token_claims_nothing(
-    stack: Stack, scenario_processes: list[ManagedProcess]
-) -> None:
+def test_a_worker_with_a_wrong_or_foreign_token_claims_nothing(stack: Stack) -> None:
     wrong = stack.worker(stack.worker_config("e2e-auth-wrong-token", token=new_token()), [SLUG])
     foreign = stack.worker(
         stack.worker_config("e2e-auth-other-id", token=stack.tokens["e2e-auth-right"]), [SLUG]

@@ -18,13 +18,12 @@ from e2e_kit.stack import (
     ui_facts,
 )
 from ops_demo.repository import git
-from ops_devsupport.processes import ManagedProcess
 
 SLUG = "e2e-kill"
 
 
 def test_a_worker_killed_mid_execution_loses_its_lease_to_another_that_completes(
-    stack: Stack, scenario_processes: list[ManagedProcess]
+    stack: Stack,
 ) -> None:
     repository = stack.repositories / "e2e" / "kill"
     baseline = git(repository, "rev-parse", "HEAD")

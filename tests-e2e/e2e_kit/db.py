@@ -1,19 +1,24 @@
 """The database, read from the test's side: asyncpg on a private event loop thread, so
-the synchronous tests never touch pytest-asyncio's loops."""
+the synchronous tests never touch pytest-asyncio's loops; and where a deployment's
+database comes from (`own_database`)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
 
+from ops_demo.postgres import EmbeddedPostgres
 from ops_testsupport import databases
 from ops_testsupport.databases import create_database, database_name, with_database
 
-__all__ = ["Db", "drop_database", "fresh_database", "with_database"]
+__all__ = ["Db", "drop_database", "fresh_database", "own_database", "with_database"]
 
 T = TypeVar("T")
 
@@ -83,3 +88,23 @@ def drop_database(server_dsn: str, name: str) -> None:
         loop.run(databases.drop_database(server_dsn, name))
     finally:
         loop.close()
+
+
+@contextmanager
+def own_database(root: Path, name: str) -> Iterator[str]:
+    """A fresh database for one deployment, as its DSN: on TEST_DATABASE_URL's server
+    (`name` its prefix; dropped at the end), else on an embedded server of its own under
+    `root / "postgres"` (`name` the database; stopped at the end)."""
+    server = os.environ.get("TEST_DATABASE_URL")
+    if server:
+        database, dsn = fresh_database(server, prefix=name)
+        try:
+            yield dsn
+        finally:
+            drop_database(server, database)
+        return
+    embedded = EmbeddedPostgres(root / "postgres", database=name)
+    try:
+        yield embedded.start()
+    finally:
+        embedded.close()

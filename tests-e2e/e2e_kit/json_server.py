@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from e2e_kit.loopback_http import LoopbackHttpServer, QuietHandler
 
 __all__ = ["JsonPostServer"]
 
 
-class JsonPostServer:
+class JsonPostServer(LoopbackHttpServer):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
@@ -33,24 +32,8 @@ class JsonPostServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(Handler, type(self).__name__)
 
     def answer(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
         """The status and JSON body of a POST (called with the server's lock held)."""
         raise NotImplementedError
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

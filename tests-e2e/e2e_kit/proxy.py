@@ -11,10 +11,10 @@ each. Everything else passes through.
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import httpx
+
+from e2e_kit.loopback_http import LoopbackHttpServer, QuietHandler
 
 __all__ = ["DroppingProxy"]
 
@@ -23,7 +23,7 @@ _HOP_BY_HOP = frozenset(
 )
 
 
-class DroppingProxy:
+class DroppingProxy(LoopbackHttpServer):
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.drop_complete_answers = True
@@ -37,9 +37,7 @@ class DroppingProxy:
         self._http = httpx.Client(timeout=60.0)
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
@@ -85,18 +83,7 @@ class DroppingProxy:
             do_POST = _forward
             do_PUT = _forward  # a worker's changes upload, before its complete
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(Handler, "dropping-proxy")
 
     def pass_through(self) -> None:
         with self._lock:
@@ -115,7 +102,5 @@ class DroppingProxy:
 
     def close(self) -> None:
         self.release()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().close()
         self._http.close()

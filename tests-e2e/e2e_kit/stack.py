@@ -9,7 +9,8 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ from ops_devsupport.processes import (
     processes_working_under,
 )
 
-__all__ = ["Stack", "log_lines", "outbox", "processes_under"]
+__all__ = ["SharedPeers", "Stack", "log_lines", "outbox", "processes_under"]
 
 T = TypeVar("T")
 
@@ -300,69 +301,85 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def start_stack(
-    *,
-    sup: Supervisor,
-    root: Path,
-    dsn: str,
-    temporal_address: str,
-    hub: StubHub,
-    tokens: dict[str, str],
-    definitions: Path,
-    profiles: Path,
-    repositories: Path,
-    task_queue: str,
-    replicas: int,
-    name: str,
-    extra: Mapping[str, str] | None = None,
-) -> Stack:
-    """Migrate, then start `replicas` serve processes and the Temporal worker (at once),
-    then sync the definitions: a deployment as its release order has it. `extra`: more
-    activity-core settings for every process (the forge publication pushes to, say)."""
-    from ops_demo.stack import (
-        activity_core_migrate,
-        activity_core_serve,
-        activity_core_temporal_worker,
-        sync_definitions,
-        write_worker_credentials,
-    )
+@dataclass(frozen=True)
+class SharedPeers:
+    """What every deployment of the session shares: the supervisor, the Temporal server,
+    the State Hub stand-in, the workers' tokens, the profile catalogue and the
+    repositories root."""
 
-    config = ActivityCoreConfig(
-        database_url=dsn,
-        temporal_address=temporal_address,
-        operator_token=new_token(),
-        worker_credentials_file=write_worker_credentials(root / f"{name}-workers.json", tokens),
-        task_queue=task_queue,
-        state_hub_url=hub.url,
-        max_attempts=3,
-        forgejo_web_base=FORGEJO,
-        extra=dict(extra or {}),
-    )
-    activity_core_migrate(sup, config)
-    stack = Stack(
-        root=root,
-        sup=sup,
-        db=Db(dsn),
-        config=config,
-        temporal_address=temporal_address,
-        hub=hub,
-        tokens=tokens,
-        profiles=profiles,
-        repositories=repositories,
-    )
-    for replica in range(replicas):
-        stack.serves.append(
-            activity_core_serve(sup, config, name=f"{name}-serve-{replica + 1}", wait=False)
+    sup: Supervisor
+    temporal_address: str
+    hub: StubHub
+    tokens: dict[str, str]
+    profiles: Path
+    repositories: Path
+
+    @contextmanager
+    def deployment(
+        self,
+        *,
+        root: Path,
+        dsn: str,
+        definitions: Path,
+        task_queue: str,
+        replicas: int,
+        name: str,
+        extra: Mapping[str, str] | None = None,
+    ) -> Iterator[Stack]:
+        """Migrate, then start `replicas` serve processes and the Temporal worker (at
+        once), then sync the definitions: a deployment as its release order has it.
+        `extra`: more activity-core settings for every process (the forge publication
+        pushes to, say). At the end its processes stop, before the database they use
+        goes."""
+        from ops_demo.stack import (
+            activity_core_migrate,
+            activity_core_serve,
+            activity_core_temporal_worker,
+            sync_definitions,
+            write_worker_credentials,
         )
-    stack.temporal_worker = activity_core_temporal_worker(
-        sup, config, name=f"{name}-temporal-worker", wait=False
-    )
-    for process, _ in stack.serves:
-        process.wait_ready()
-    stack.temporal_worker.wait_ready()
-    synced = sync_definitions(sup, config, [definitions])
-    assert "definitions synced" in synced.output, synced.output
-    return stack
+
+        sup = self.sup
+        with sup.scope():
+            config = ActivityCoreConfig(
+                database_url=dsn,
+                temporal_address=self.temporal_address,
+                operator_token=new_token(),
+                worker_credentials_file=write_worker_credentials(
+                    root / f"{name}-workers.json", self.tokens
+                ),
+                task_queue=task_queue,
+                state_hub_url=self.hub.url,
+                max_attempts=3,
+                forgejo_web_base=FORGEJO,
+                extra=dict(extra or {}),
+            )
+            activity_core_migrate(sup, config)
+            stack = Stack(
+                root=root,
+                sup=sup,
+                db=Db(dsn),
+                config=config,
+                temporal_address=self.temporal_address,
+                hub=self.hub,
+                tokens=self.tokens,
+                profiles=self.profiles,
+                repositories=self.repositories,
+            )
+            for replica in range(replicas):
+                stack.serves.append(
+                    activity_core_serve(sup, config, name=f"{name}-serve-{replica + 1}", wait=False)
+                )
+            stack.temporal_worker = activity_core_temporal_worker(
+                sup, config, name=f"{name}-temporal-worker", wait=False
+            )
+            for process, _ in stack.serves:
+                process.wait_ready()
+            stack.temporal_worker.wait_ready()
+            synced = sync_definitions(sup, config, [definitions])
+            assert "definitions synced" in synced.output, synced.output
+            yield stack
+            stack.db.close()
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from ops_evidence import (
@@ -23,33 +25,95 @@ from ops_evidence import (
 )
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["a", "harness.agent-dev@1.0.0", "sha256:0f", "x" * MAX_IDENTIFIER_CHARS, '"\\'],
-)
-def test_valid_identifiers_are_returned_unchanged(value: str) -> None:
-    assert identifier(value) == value
+def _cases(validator: Callable[[object], object], values: list[object]) -> list[object]:
+    """`validator` with each value, as parameters named for both."""
+    return [
+        pytest.param(validator, value, id=f"{validator.__name__}-{value!r:.40}") for value in values
+    ]
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("validator", "value"),
     [
-        "",
-        "x" * (MAX_IDENTIFIER_CHARS + 1),
-        " padded",
-        "padded ",
-        "in side",
-        "tab\t",
-        "nul\x00",
-        "caf\u00e9",
-        "bidi\u202e",
-        1,
-        None,
-        ["a"],
+        *_cases(
+            identifier,
+            ["a", "harness.agent-dev@1.0.0", "sha256:0f", "x" * MAX_IDENTIFIER_CHARS, '"\\'],
+        ),
+        *_cases(git_object_id, ["abc1234", "0" * 40, "f" * 64]),
+        *_cases(
+            repo_path,
+            [
+                "README.md",
+                "briefs/2024-01-01.md",
+                "a/.gitignore",
+                "a/..b/c",
+                "docs/résumé 😀.md",
+                "x" * 1024,
+            ],
+        ),
+        *_cases(target_repo, ["ops-queue", "coulomb/ops-queue", "a.b_c-d/e", "x" * 256]),
     ],
 )
-def test_invalid_identifiers_are_refused(value: object) -> None:
-    assert identifier(value) is None
+def test_valid_values_are_returned_unchanged(
+    validator: Callable[[object], object], value: str
+) -> None:
+    assert validator(value) == value
+
+
+@pytest.mark.parametrize(
+    ("validator", "value"),
+    [
+        *_cases(
+            identifier,
+            [
+                "",
+                "x" * (MAX_IDENTIFIER_CHARS + 1),
+                " padded",
+                "padded ",
+                "in side",
+                "tab\t",
+                "nul\x00",
+                "caf\u00e9",
+                "bidi\u202e",
+                1,
+                None,
+                ["a"],
+            ],
+        ),
+        *_cases(
+            git_object_id,
+            ["abc123", "0" * 65, "ABC1234", "abc123g", "abc1234\n", " abc1234", 1234567],
+        ),
+        *_cases(
+            repo_path,
+            [
+                "",
+                "x" * (MAX_PATH_CHARS + 1),
+                "/etc/passwd",
+                "a\\b",
+                "a/../b",
+                "..",
+                "./a",
+                "a/.",
+                "a//b",
+                "docs/",
+                ".git/config",
+                "a/.GIT/HEAD",
+                "a\x00b",
+                "a\nb",
+                "a\u202eb",
+                "a\ud800",
+                b"README.md",
+            ],
+        ),
+        *_cases(
+            target_repo,
+            ["", "x" * 257, "/a", "a/", "a//b", "a/..", "../a", ".", "a b", "a\n", "ä"],
+        ),
+    ],
+)
+def test_invalid_values_are_refused(validator: Callable[[object], object], value: object) -> None:
+    assert validator(value) is None
 
 
 def test_identifier_subclass_is_refused() -> None:
@@ -57,71 +121,6 @@ def test_identifier_subclass_is_refused() -> None:
         pass
 
     assert identifier(Text("abc")) is None
-
-
-@pytest.mark.parametrize("value", ["abc1234", "0" * 40, "f" * 64])
-def test_git_object_ids(value: str) -> None:
-    assert git_object_id(value) == value
-
-
-@pytest.mark.parametrize(
-    "value", ["abc123", "0" * 65, "ABC1234", "abc123g", "abc1234\n", " abc1234", 1234567]
-)
-def test_invalid_git_object_ids(value: object) -> None:
-    assert git_object_id(value) is None
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "README.md",
-        "briefs/2024-01-01.md",
-        "a/.gitignore",
-        "a/..b/c",
-        "docs/résumé 😀.md",
-        "x" * 1024,
-    ],
-)
-def test_repo_paths(value: str) -> None:
-    assert repo_path(value) == value
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "",
-        "x" * (MAX_PATH_CHARS + 1),
-        "/etc/passwd",
-        "a\\b",
-        "a/../b",
-        "..",
-        "./a",
-        "a/.",
-        "a//b",
-        "docs/",
-        ".git/config",
-        "a/.GIT/HEAD",
-        "a\x00b",
-        "a\nb",
-        "a\u202eb",
-        "a\ud800",
-        b"README.md",
-    ],
-)
-def test_invalid_repo_paths(value: object) -> None:
-    assert repo_path(value) is None
-
-
-@pytest.mark.parametrize("value", ["ops-queue", "coulomb/ops-queue", "a.b_c-d/e", "x" * 256])
-def test_target_repos(value: str) -> None:
-    assert target_repo(value) == value
-
-
-@pytest.mark.parametrize(
-    "value", ["", "x" * 257, "/a", "a/", "a//b", "a/..", "../a", ".", "a b", "a\n", "ä"]
-)
-def test_invalid_target_repos(value: object) -> None:
-    assert target_repo(value) is None
 
 
 def test_non_negative_int() -> None:

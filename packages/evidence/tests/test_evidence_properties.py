@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hypothesis import given, settings
@@ -312,15 +312,24 @@ def test_normalize_result_is_total_bounded_allowlisted_and_idempotent(raw: objec
     assert json.loads(json.dumps(result)) == result
 
 
+def assert_normalized_section(
+    normalize: Callable[[object], dict[str, JsonValue] | None], raw: object, key: str
+) -> dict[str, JsonValue] | None:
+    """What `normalize` makes of `raw` for the result's `key`: absent, or a non-empty,
+    bounded, allowlisted section that normalizes to itself."""
+    section = normalize(raw)
+    if section is not None:
+        assert section
+        assert find_bound_violations(section) == []
+        assert_allowlisted({key: section})
+    assert normalize(section) == section
+    return section
+
+
 @BOUNDED
 @given(st.one_of(anything, plausible_evidence))
 def test_normalize_execution_evidence_properties(raw: object) -> None:
-    evidence = normalize_execution_evidence(raw)
-    if evidence is not None:
-        assert evidence
-        assert find_bound_violations(evidence) == []
-        assert_allowlisted({"execution_evidence": evidence})
-    assert normalize_execution_evidence(evidence) == evidence
+    evidence = assert_normalized_section(normalize_execution_evidence, raw, "execution_evidence")
     compact = compact_execution_evidence(raw)
     assert set(compact) <= COMPACT_EVIDENCE_KEYS
     assert compact == {k: v for k, v in (evidence or {}).items() if k in COMPACT_EVIDENCE_KEYS}
@@ -330,12 +339,7 @@ def test_normalize_execution_evidence_properties(raw: object) -> None:
 @BOUNDED
 @given(st.one_of(anything, plausible_transaction))
 def test_normalize_repository_transaction_properties(raw: object) -> None:
-    transaction = normalize_repository_transaction(raw)
-    if transaction is not None:
-        assert transaction
-        assert find_bound_violations(transaction) == []
-        assert_allowlisted({"repository_transaction": transaction})
-    assert normalize_repository_transaction(transaction) == transaction
+    assert_normalized_section(normalize_repository_transaction, raw, "repository_transaction")
 
 
 @BOUNDED
@@ -369,55 +373,58 @@ EVIDENCE_VALIDATORS: dict[str, Callable[[object], object]] = {
 }
 
 
+def assert_valid_fields_kept(
+    source: object,
+    kept: object,
+    scalars: Mapping[str, Callable[[object], object]],
+    lists: tuple[str, ...] = (),
+) -> None:
+    """`kept` is a dict; where `source` is one too, each of `scalars` that its validator
+    accepts stands unchanged in `kept`, and one `source` lacks `kept` lacks too; each of
+    `lists` whose every item is valid (by LIST_VALIDATORS) stands unchanged (the lists
+    drawn are small: within every budget)."""
+    assert isinstance(kept, dict)
+    if not isinstance(source, dict):
+        return
+    for key, validate in scalars.items():
+        if key in source and validate(source[key]) is not None:
+            assert kept[key] == source[key]
+        elif key not in source:
+            assert key not in kept
+    for key in lists:
+        items = source.get(key)
+        validate = LIST_VALIDATORS[key]
+        if isinstance(items, list) and all(validate(item) is not None for item in items):
+            assert kept[key] == items
+
+
 @BOUNDED
 @given(plausible_results)
 def test_each_valid_field_of_a_mixed_result_is_preserved(raw: dict[str, Any]) -> None:
     result = normalize_result(raw)
-    for key, validate in SCALAR_VALIDATORS.items():
-        if key in raw and validate(raw[key]) is not None:
-            assert result[key] == raw[key]
-        elif key not in raw:
-            assert key not in result
+    assert_valid_fields_kept(raw, result, SCALAR_VALIDATORS)
     source = raw.get("evidence")
     if not isinstance(source, dict):
         source = raw.get("execution_evidence")
     evidence = result.get("execution_evidence", {})
-    assert isinstance(evidence, dict)
-    if isinstance(source, dict):
-        for key, validate in EVIDENCE_VALIDATORS.items():
-            if key in source and validate(source[key]) is not None:
-                assert evidence[key] == source[key]
-            elif key not in source:
-                assert key not in evidence
-        for key in ("commit_refs", "artifact_refs"):
-            items = source.get(key)
-            validate = LIST_VALIDATORS[key]
-            if isinstance(items, list) and all(validate(item) is not None for item in items):
-                assert evidence[key] == items  # small lists: within every budget
-        refs_source = source.get("refs")
-        refs = evidence.get("refs", {})
-        assert isinstance(refs, dict)
-        if isinstance(refs_source, dict):
-            for key in ("correlation_id", "causation_id", "request_ref"):
-                if key in refs_source and identifier(refs_source[key]) is not None:
-                    assert refs[key] == refs_source[key]
-            for key in ("goal_refs", "initiative_refs"):
-                items = refs_source.get(key)
-                if isinstance(items, list) and all(identifier(item) is not None for item in items):
-                    assert refs[key] == items
+    assert_valid_fields_kept(
+        source, evidence, EVIDENCE_VALIDATORS, ("commit_refs", "artifact_refs")
+    )
+    if isinstance(source, dict) and isinstance(evidence, dict):
+        assert_valid_fields_kept(
+            source.get("refs"),
+            evidence.get("refs", {}),
+            dict.fromkeys(("correlation_id", "causation_id", "request_ref"), identifier),
+            ("goal_refs", "initiative_refs"),
+        )
     transaction_source = raw.get("repository_transaction")
-    transaction = result.get("repository_transaction", {})
-    assert isinstance(transaction, dict)
-    if isinstance(transaction_source, dict):
-        for key in ("transaction_id", "grant_id", "acceptance_policy_id"):
-            if key in transaction_source and identifier(transaction_source[key]) is not None:
-                assert transaction[key] == transaction_source[key]
-        for key in ("accepted_commits", "accepted_paths"):
-            items = transaction_source.get(key)
-            validate = LIST_VALIDATORS[key]
-            if isinstance(items, list) and all(validate(item) is not None for item in items):
-                assert transaction[key] == items
-    else:
+    assert_valid_fields_kept(
+        transaction_source,
+        result.get("repository_transaction", {}),
+        dict.fromkeys(("transaction_id", "grant_id", "acceptance_policy_id"), identifier),
+        ("accepted_commits", "accepted_paths"),
+    )
+    if not isinstance(transaction_source, dict):
         assert "repository_transaction" not in result
 
 

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -448,6 +448,17 @@ class Supervisor:
         if check and code != 0:
             raise ProcessFailed(name, f"failed with status {code}", process.log_path)
         return CommandResult(code, process.output())
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """A block whose processes go when it ends: every process registered inside it is
+        stopped (newest first) on the way out, the supervisor's earlier ones stay."""
+        before = len(self.processes)
+        try:
+            yield
+        finally:
+            for process in reversed(self.processes[before:]):
+                process.cleanup()
 
     def stop_all(self, timeout: float | None = None) -> None:
         """Stop every process, newest first, and kill whatever they left behind."""
