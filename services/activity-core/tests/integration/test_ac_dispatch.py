@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ac_testkit import SeededQueue
 from activity_core.db.pool import create_pool
+from activity_core.queue import dispatch
 from activity_core.queue.claim import ClaimSpec
 from activity_core.queue.claim_types import Claimer, ClaimKey
 from activity_core.queue.metrics import QueueMetrics
@@ -478,3 +479,102 @@ async def test_every_open_run_is_taken_while_a_matching_waiter_waits(
         await asyncio.gather(*(t for t, _ in tasks), return_exceptions=True)
         await asyncio.sleep(0.1)
     assert queue._claims.dispatcher.waiting == 0
+
+
+def own_statements(queue: QueueService) -> int:
+    """Claim statements the claims sent themselves (each observes the claim latency)."""
+    registry = queue._claims._metrics.registry
+    return int(registry.get_sample_value("ops_run_claim_seconds_count") or 0)
+
+
+def polls_without_statement(queue: QueueService) -> int:
+    registry = queue._claims._metrics.registry
+    name = "ops_run_long_polls_without_statement_total"
+    return int(registry.get_sample_value(name) or 0)
+
+
+async def test_an_idle_fleets_return_to_the_poll_costs_no_statement(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    """A statement just found nothing open for the key and nothing opened since: the
+    next long polls of that key wait without a statement of their own, and still get the
+    next run that opens, oldest first."""
+    await seeded.definition()
+    assert await queue.claim(spec("first", wait=1)) == []
+    statements = own_statements(queue)
+    returning = [asyncio.create_task(queue.claim(spec(f"idle{i}"))) for i in range(20)]
+    await until_waiting(queue, 20)
+    assert own_statements(queue) == statements
+    assert polls_without_statement(queue) == 20
+    run_id = await seeded.run()
+    [run] = await asyncio.wait_for(returning[0], 5)
+    assert (run["id"], run["claim_owner"]) == (run_id, "idle0")
+    for task in returning[1:]:
+        task.cancel()
+    await asyncio.gather(*returning[1:], return_exceptions=True)
+
+
+async def test_a_run_opened_since_the_empty_look_is_claimed_by_the_next_poll_itself(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    """A wake-up its key may match ends the trust in the empty look: the next poll sends
+    its own statement and gets the run at once. One the key cannot match does not."""
+    await seeded.definition()
+    assert await queue.claim(spec("first", labels=["gpu"], wait=1)) == []
+    await seeded.run(labels=["cpu"])  # nobody waits for cpu; gpu's trust holds
+    await asyncio.sleep(0.2)
+    skipped = polls_without_statement(queue)
+    assert await queue.claim(spec("second", labels=["gpu"], wait=1)) == []
+    assert polls_without_statement(queue) == skipped + 1
+    run_id = await seeded.run(labels=["gpu", "big"])
+    await asyncio.sleep(0.2)  # its NOTIFY arrived; no waiter took it
+    [run] = await asyncio.wait_for(queue.claim(spec("third", labels=["gpu"], wait=1)), 5)
+    assert (run["id"], run["claim_owner"]) == (run_id, "third")
+    assert polls_without_statement(queue) == skipped + 1
+
+
+async def test_a_lease_gone_stale_meanwhile_is_found_once_the_trust_has_run_out(
+    queue: QueueService, seeded: SeededQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease that goes stale sends no NOTIFY: a poll within the trust waits without
+    looking, and the first poll after it looks, reopens the stale claim and gets it."""
+    # "first" waits 1 s after its look, "within" comes then and waits 1 s more
+    monkeypatch.setattr(dispatch, "EMPTY_TRUSTED_SECONDS", 1.5)
+    await seeded.definition()
+    [stale_id] = await seeded.runs(1)
+    [claimed] = await queue.claim(spec("dead", wait=0))
+    assert claimed["id"] == stale_id
+    assert await queue.claim(spec("first", wait=1)) == []  # the run is leased, not stale
+    await seeded.expire_lease(stale_id)
+    skipped = polls_without_statement(queue)
+    assert await queue.claim(spec("within", wait=1)) == []  # waits its second out
+    assert polls_without_statement(queue) == skipped + 1
+    [run] = await asyncio.wait_for(queue.claim(spec("after", wait=1)), 5)
+    assert (run["id"], run["attempt"], run["claim_owner"]) == (stale_id, 2, "after")
+
+
+async def test_a_listener_reconnect_ends_the_trust_in_every_empty_look(
+    queue: QueueService, seeded: SeededQueue
+) -> None:
+    """What opened while nobody listened is unknown: after a reconnect the next poll
+    looks itself."""
+    await seeded.definition()
+    assert await queue.claim(spec("first", wait=1)) == []
+    signal = queue._claims._signal
+    assert signal is not None and signal.listening
+    await seeded.conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND datname = current_database()",
+        LISTENER_APPLICATION_NAME,
+    )
+    # the run opens while the listener is down: its NOTIFY is lost
+    run_id = await seeded.run()
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if signal.listening:
+            break
+    assert signal.listening
+    skipped = polls_without_statement(queue)
+    [run] = await asyncio.wait_for(queue.claim(spec("second", wait=1)), 5)
+    assert run["id"] == run_id
+    assert polls_without_statement(queue) == skipped

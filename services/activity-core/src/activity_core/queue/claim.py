@@ -113,6 +113,7 @@ class Claims:
             reclaim=self._reclaim,
             release=self._release,
             claimers_per_statement=self._claimers_per_statement,
+            listening=lambda: signal is not None and signal.listening,
         )
         if signal is not None:
             signal.subscribe(self._dispatcher.wake)
@@ -132,10 +133,20 @@ class Claims:
         # Note the wake-ups seen before looking, so a run opened between an empty claim
         # and the registration is still looked for (dispatch.py).
         seen = self._dispatcher.generation
-        own = await self._leased_unless_gone(spec.worker_id, self._claim_once(spec, polling=waits))
+        key = _key(spec)
+        if waits and self._dispatcher.knows_nothing_open(key):
+            # an idle fleet's return to the poll: a statement just found this key's queue
+            # empty and nothing it may match opened since (dispatch.py)
+            self._metrics.claims_waiting_without_statement.inc()
+            own = []
+        else:
+            sent_at = asyncio.get_running_loop().time()
+            polling = self._claim_once(spec, polling=waits)
+            own = await self._leased_unless_gone(spec.worker_id, polling)
+            if not own and waits:
+                self._dispatcher.found_empty(key, seen=seen, at=sent_at)
         if own or not waits:
             return self._delivered(spec, own)
-        key = _key(spec)
         waiter = self._dispatcher.register(
             key, Claimer(spec.worker_id, spec.lease_seconds), seen=seen
         )

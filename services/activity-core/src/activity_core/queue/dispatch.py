@@ -18,6 +18,17 @@ claim held it back, does nothing more. So with R replicas and one key per fleet,
 claim transactions besides the emission's own. A stale claim costs one RECLAIM_STALE more,
 in the pass whose statement it held back.
 
+An idle fleet's return to the long poll costs nothing either, most of the time. A statement
+that found nothing open for a key, while the listener was up, is noted with the wake-up
+generation it was sent at. A claim of that key that arrives within EMPTY_TRUSTED_SECONDS,
+with no wake-up since that its runs may match, no pass due and no failed pass waiting,
+registers without a statement of its own: it would have found what the waiters of that
+key found, nothing, and the dispatcher hands it whatever opens from now on exactly as it
+would had it waited all along. The trust is short on purpose: a run can also become
+claimable without a NOTIFY (a lease that goes stale, a row a rolled-back transaction held
+while a statement skipped it), and the first claim after the trust ran out looks again,
+so at most one statement per key per EMPTY_TRUSTED_SECONDS finds those, as before.
+
 No lost wake-up: a waiter notes the pass generation before its own first claim; when it
 registers after a wake-up that happened in between, it schedules a pass for its key. A
 waiter whose request is cancelled after a pass leased runs for it gives them back at once
@@ -31,6 +42,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +57,14 @@ log = logging.getLogger("activity_core.dispatch")
 
 # After a pass failed (the database away), the next one for the waiters still waiting.
 PASS_RETRY_SECONDS = 1.0
+
+# How long a statement's "nothing open for this key" spares a new claim of the key its own
+# statement (module docstring). Also the longest a run that opened without a NOTIFY (a
+# stale lease) may wait for a claim that looks, beyond what the fleet's polling gives.
+EMPTY_TRUSTED_SECONDS = 5.0
+# The wake-ups remembered to check that trust against; a busier queue than this many
+# wake-ups per EMPTY_TRUSTED_SECONDS simply looks every time.
+WAKE_LOG_LENGTH = 256
 
 # the rows of each claimer, and whether a stale claim held the statement back
 LeaseForWaiters = Callable[
@@ -64,6 +84,12 @@ def may_match(key: ClaimKey, labels: frozenset[str]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _FoundEmpty:
+    generation: int  # the wake-ups seen when the statement was sent
+    at: float  # and when (the loop's clock)
+
+
 @dataclass(eq=False)
 class Waiter:
     key: ClaimKey
@@ -80,6 +106,7 @@ class Dispatcher:
         reclaim: Reclaim,
         release: Release,
         claimers_per_statement: Callable[[ClaimKey], int],
+        listening: Callable[[], bool] = lambda: False,
     ) -> None:
         self._lease_for_waiters = lease_for_waiters
         self._reclaim = reclaim
@@ -96,6 +123,10 @@ class Dispatcher:
         self._closed = False
         self._releases: set[asyncio.Task[None]] = set()
         self._retry: asyncio.TimerHandle | None = None
+        self._listening = listening
+        self._found_empty: dict[ClaimKey, _FoundEmpty] = {}
+        # (generation, labels) of the latest wake-ups, oldest first
+        self._wakes: deque[tuple[int, frozenset[str] | None]] = deque(maxlen=WAKE_LOG_LENGTH)
 
     @property
     def generation(self) -> int:
@@ -110,10 +141,53 @@ class Dispatcher:
         """A run with `labels` opened (a NOTIFY), or anything may have (None: the listener
         reconnected): one pass, for the keys that may match it."""
         self._generation += 1
+        self._wakes.append((self._generation, labels))
         if labels is None:
             self._schedule(None)
         else:
             self._schedule(key for key in self._waiters if may_match(key, labels))
+
+    def found_empty(self, key: ClaimKey, *, seen: int, at: float) -> None:
+        """A statement sent at `at`, with `seen` wake-ups seen, found nothing open for `key`
+        (and no stale claim held it back)."""
+        if not self._listening():
+            return
+        known = self._found_empty.get(key)
+        if known is None or known.at < at:
+            if len(self._found_empty) >= 4 * WAKE_LOG_LENGTH:
+                self._forget_untrusted(at)
+            self._found_empty[key] = _FoundEmpty(seen, at)
+
+    def knows_nothing_open(self, key: ClaimKey) -> bool:
+        """Whether a new claim of `key` may wait without a statement of its own (module
+        docstring): nothing was open for it a moment ago and nothing it may match opened
+        since, as far as a listener that stayed up can tell."""
+        known = self._found_empty.get(key)
+        if (
+            known is None
+            or self._closed
+            or self._retry is not None
+            or self._due_all
+            or key in self._due
+            or not self._listening()
+            or asyncio.get_running_loop().time() - known.at > EMPTY_TRUSTED_SECONDS
+        ):
+            return False
+        if known.generation == self._generation:
+            return True
+        if not self._wakes or self._wakes[0][0] > known.generation + 1:
+            return False  # the log no longer reaches back to that statement
+        for generation, labels in reversed(self._wakes):
+            if generation <= known.generation:
+                break
+            if labels is None or may_match(key, labels):
+                return False
+        return True
+
+    def _forget_untrusted(self, now: float) -> None:
+        for key, known in list(self._found_empty.items()):
+            if now - known.at > EMPTY_TRUSTED_SECONDS:
+                del self._found_empty[key]
 
     def register(self, key: ClaimKey, claimer: Claimer, *, seen: int) -> Waiter:
         future: asyncio.Future[list[asyncpg.Record]] = asyncio.get_running_loop().create_future()
@@ -206,13 +280,17 @@ class Dispatcher:
                 batch = self._oldest(key)
                 if not batch:
                     break
+                seen, sent_at = self._generation, asyncio.get_running_loop().time()
                 leased, held_back = await self._lease_for_waiters(key, [w.claimer for w in batch])
                 self._hand_out(batch, leased)
+                short = sum(map(len, leased)) < key.limit * len(batch)
+                if short and not held_back:
+                    self.found_empty(key, seen=seen, at=sent_at)
                 if held_back and not reclaimed:
                     # a stale claim held the statement back: reopen (that notifies again)
                     reclaimed = True
                     await self._reclaim()
-                if sum(map(len, leased)) < key.limit * len(batch):
+                if short:
                     break  # the key's open runs are all taken
 
     def _oldest(self, key: ClaimKey) -> list[Waiter]:

@@ -53,6 +53,12 @@ class QueueMetrics:
         self.claimed = Counter(
             "ops_runs_claimed", "runs handed out by claims", registry=self.registry
         )
+        self.claims_waiting_without_statement = Counter(
+            "ops_run_long_polls_without_statement",
+            "long-poll claims that waited without a statement of their own: one of their key"
+            " had just found nothing open and nothing they may match opened since",
+            registry=self.registry,
+        )
         self.closes = Counter(
             "ops_run_closes",
             "accepted closes by action and disposition",

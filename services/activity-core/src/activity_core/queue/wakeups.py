@@ -62,6 +62,7 @@ class OpenRunSignal:
         self._task: asyncio.Task[None] | None = None
         self._first_attempt_done = asyncio.Event()
         self._draining = False
+        self._listening = False
         self._subscribers: list[Callable[[frozenset[str] | None], None]] = []
 
     def subscribe(self, callback: Callable[[frozenset[str] | None], None]) -> None:
@@ -72,6 +73,12 @@ class OpenRunSignal:
     @property
     def draining(self) -> bool:
         return self._draining
+
+    @property
+    def listening(self) -> bool:
+        """Whether the LISTEN connection is up now: only then does every run that opens
+        reach the subscribers (a lost connection ends with a wake-up of None)."""
+        return self._listening
 
     def drain(self) -> None:
         """Shutdown began: end every long-poll wait now (they answer an empty claim)."""
@@ -110,18 +117,22 @@ class OpenRunSignal:
                 lost = asyncio.Event()
                 conn.add_termination_listener(_set_when_called(lost))
                 await conn.add_listener(CHANNEL, self._on_notify)
+                self._listening = True
                 self._first_attempt_done.set()
                 # Anything opened while we were not listening: let waiters look again.
                 self.wake_all()
                 await lost.wait()
+                self._listening = False
                 log.warning("listener connection lost; reconnecting")
             except asyncio.CancelledError:
+                self._listening = False
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(conn.close(), 2)
                 raise
             except DATABASE_FAILURES as exc:
                 log.warning("listener cannot connect: %s", type(exc).__name__)
+            self._listening = False
             self._first_attempt_done.set()
             self.wake_all()
             await asyncio.sleep(self._reconnect_delay)
