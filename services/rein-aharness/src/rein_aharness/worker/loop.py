@@ -50,6 +50,7 @@ from rein_aharness.sandbox import SandboxGate
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.metrics import WorkerMetrics
 from rein_aharness.worker.processor import RunProcessor, RunReport
+from rein_aharness.worker.watched import run_watched
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -187,24 +188,7 @@ def _why_stopped(replay: ReplayReport) -> str:
 
 async def _until(stop: anyio.Event, call: Callable[[], Awaitable[T]]) -> T | None:
     """`call()`, cancelled if `stop` is set first (then None). Its exceptions propagate."""
-    outcome: list[T] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tasks:
-
-        async def watch() -> None:
-            await stop.wait()
-            tasks.cancel_scope.cancel()
-
-        tasks.start_soon(watch)
-        try:
-            outcome.append(await call())
-        except Exception as exc:
-            failure.append(exc)
-        finally:
-            tasks.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0] if outcome else None
+    return await run_watched(call, stop.wait)
 
 
 async def _sleep_unless(stop: anyio.Event, seconds: float) -> None:
