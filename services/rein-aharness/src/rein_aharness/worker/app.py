@@ -50,10 +50,9 @@ from rein_aharness.settings import ReinAharnessSettings, SettingsError, parse_bi
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
-from rein_aharness.worker.loop import Worker, WorkerConfig
+from rein_aharness.worker.loop import Worker, WorkerConfig, run_watched
 from rein_aharness.worker.metrics import WorkerMetrics, serve_metrics
 from rein_aharness.worker.processor import RunProcessor
-from rein_aharness.worker.watched import run_watched
 
 __all__ = [
     "Transports",
