@@ -11,12 +11,13 @@ import functools
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,10 @@ __all__ = [
     "RunCommand",
     "ServedQueue",
     "cli_environment",
+    "exited",
     "git",
     "glas_evidence",
+    "kill",
     "ops_run",
     "pending_complete",
     "restore_logging",
@@ -73,6 +76,9 @@ __all__ = [
     "run_profile_once",
     "run_worker_once",
     "serve_behind",
+    "served_behind",
+    "start_logged",
+    "start_worker",
     "worker_settings",
     "write_catalogue",
 ]
@@ -546,6 +552,36 @@ async def served_on_loopback(app: Any) -> AsyncIterator[str]:
 WORKER_BIN = Path(sys.executable).parent / "rein-aharness"  # the venv's console script
 
 
+def start_logged(argv: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`argv` started with `env` alone, its output and errors appended to `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=out)
+
+
+def start_worker(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """`rein-aharness run` with `args` (else `--once`) as a process, logging to `log`."""
+    return start_logged([str(WORKER_BIN), "run", *(args or ("--once",))], env, log)
+
+
+async def exited(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    """`process`'s exit status, polled without blocking the loop (which may be serving
+    activity-core meanwhile); killed (SIGKILL) should it outlast `timeout` or the wait."""
+    try:
+        async with asyncio.timeout(timeout):
+            while process.poll() is None:
+                await asyncio.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            kill(process)
+    return process.returncode
+
+
+def kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, then reap."""
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
 class Holding(Protocol):
     """ASGI middleware in front of activity-core that may hold requests until `release`."""
 
@@ -563,6 +599,12 @@ class ServedQueue(Generic[Middleware]):
     middleware: Middleware
     seeded: SeededQueue
 
+    def worker_env(
+        self, tmp_path: Path, repos: Repos, catalogue: Path, *, lease_seconds: int
+    ) -> dict[str, str]:
+        """worker_process_env of a worker against this queue."""
+        return worker_process_env(tmp_path, repos, catalogue, self.url, lease_seconds=lease_seconds)
+
 
 @asynccontextmanager
 async def serve_behind(
@@ -577,6 +619,18 @@ async def serve_behind(
         finally:
             # a held request let go first, or the server's shutdown waits for it
             wrapped.release.set()
+
+
+def served_behind(middleware: Callable[[Any], Middleware]) -> Any:
+    """A `served` fixture (assign it to that name in a test module): serve_behind of
+    `middleware` for each test, on the test's database."""
+
+    @pytest.fixture
+    async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[ServedQueue[Middleware]]:
+        async with serve_behind(middleware, db_dsn, db) as queue:
+            yield queue
+
+    return served
 
 
 def worker_process_env(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +21,9 @@ from rein_worker_kit import (
     GRANT,
     Repos,
     activity_core_app,
+    exited,
     served_on_loopback,
+    start_logged,
     worker_process_env,
     write_catalogue,
 )
@@ -37,19 +38,8 @@ async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[tuple[str
 
 
 async def _run(env: dict[str, str], point: str, log: Path, timeout: float = 60) -> int:
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, str(CHILD), point, "run", "--once"], env=env, stdout=out, stderr=out
-        )
-    try:
-        async with asyncio.timeout(timeout):
-            while process.poll() is None:
-                await asyncio.sleep(0.05)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=10)
-    return process.returncode
+    child = start_logged([sys.executable, str(CHILD), point, "run", "--once"], env, log)
+    return await exited(child, timeout)
 
 
 async def _changes(db: asyncpg.Connection, run_id: Any) -> list[asyncpg.Record]:

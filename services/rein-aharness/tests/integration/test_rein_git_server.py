@@ -353,14 +353,13 @@ def test_a_gzip_negotiation_is_understood(git_server: GitServer, clone: Path) ->
     assert gzipped and all(r.status == 200 for r in gzipped)
 
 
-def test_two_clones_at_once_both_get_the_head(
+def _two_clones(
     git_server: GitServer, credentials: str, tmp_path: Path
-) -> None:
-    git_server.create_repository(REPO, {"README.md": "hello\n"})
-    head = git_server.push_large(REPO, 2)  # long enough a transfer for the two to overlap
+) -> list[subprocess.Popen[str]]:
+    """Two `git clone -q` of REPO into tmp_path/work-0 and work-1, started together with
+    only `credentials` as their helper; their output piped."""
     command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
-
-    clones = [
+    return [
         subprocess.Popen(
             [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
             cwd=tmp_path,
@@ -371,6 +370,15 @@ def test_two_clones_at_once_both_get_the_head(
         )
         for number in range(2)
     ]
+
+
+def test_two_clones_at_once_both_get_the_head(
+    git_server: GitServer, credentials: str, tmp_path: Path
+) -> None:
+    git_server.create_repository(REPO, {"README.md": "hello\n"})
+    head = git_server.push_large(REPO, 2)  # long enough a transfer for the two to overlap
+
+    clones = _two_clones(git_server, credentials, tmp_path)
     outcomes = [clone.communicate(timeout=60) for clone in clones]
 
     assert [clone.returncode for clone in clones] == [0, 0], outcomes
@@ -386,22 +394,12 @@ def test_two_clients_are_served_at_the_same_time(
     head = git_server.create_repository(REPO)
     # each clone stalls twice (ls-refs, fetch): 3 s alone, 6 s if the server took turns
     git_server.stall_fetch = 1.5
-    command = ["git", "-c", "credential.helper=", "-c", f"credential.helper={credentials}"]
     started = time.monotonic()
 
-    clones = [
-        subprocess.Popen(
-            [*command, "clone", "-q", git_server.url(REPO), f"work-{number}"],
-            cwd=tmp_path,
-            env=_client_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for number in range(2)
-    ]
-    codes = [clone.wait(timeout=60) for clone in clones]
+    clones = _two_clones(git_server, credentials, tmp_path)
+    outcomes = [clone.communicate(timeout=60) for clone in clones]
 
-    assert codes == [0, 0]
+    assert [clone.returncode for clone in clones] == [0, 0], outcomes
     assert time.monotonic() - started < 5
     assert all(ok(tmp_path / f"work-{n}", "rev-parse", "HEAD") == head for n in range(2))
 

@@ -27,6 +27,14 @@ def _enqueue(store: OutboxStore, count: int) -> set[str]:
     }
 
 
+def _layout(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The outbox's root, the children's markers directory (made) and their start line
+    (a file, not there yet)."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    return tmp_path / "close-outbox", markers, tmp_path / "go"
+
+
 def _start(root: Path, markers: Path, go: Path, pause: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, str(CHILD), str(root), str(markers), str(go), str(pause)],
@@ -37,10 +45,7 @@ def _start(root: Path, markers: Path, go: Path, pause: float) -> subprocess.Pope
 
 @pytest.mark.timeout(120)
 def test_two_replaying_processes_never_overlap_on_an_entry(tmp_path: Path) -> None:
-    root = tmp_path / "close-outbox"
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    go = tmp_path / "go"
+    root, markers, go = _layout(tmp_path)
     store = OutboxStore(root)
     keys = _enqueue(store, 8)
     children = [_start(root, markers, go, 0.05) for _ in range(2)]
@@ -59,10 +64,7 @@ def test_two_replaying_processes_never_overlap_on_an_entry(tmp_path: Path) -> No
 
 @pytest.mark.timeout(60)
 def test_enqueue_and_status_are_not_held_up_by_a_slow_delivery_elsewhere(tmp_path: Path) -> None:
-    root = tmp_path / "close-outbox"
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    go = tmp_path / "go"
+    root, markers, go = _layout(tmp_path)
     go.touch()
     store = OutboxStore(root)
     _enqueue(store, 1)

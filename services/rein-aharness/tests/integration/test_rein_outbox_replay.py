@@ -71,6 +71,19 @@ def _replay(store: OutboxStore, deliver: Any, **kwargs: Any) -> Any:
     return anyio.run(lambda: replay_pending(store, deliver, **kwargs))
 
 
+def _replay_sending_nothing(store: OutboxStore) -> Any:
+    """A replay pass that must call the delivery callback for no entry: its report."""
+    recorder = Recorder(store)
+    report = _replay(store, recorder)
+    assert recorder.calls == []
+    return report
+
+
+def _sidecar(store: OutboxStore, key: str) -> Any:
+    """The reason sidecar that quarantine wrote beside entry `key`."""
+    return json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+
+
 # -- "The retry attempt is durable before the delivery callback begins." -----------------
 
 
@@ -124,9 +137,7 @@ def test_an_interrupted_move_is_finished_without_calling_the_callback_again(
     # A crash after the delivered/ commit but before the pending/ unlink leaves both.
     (store.paths.pending / f"{key}.json").write_bytes(pending_copy)
     assert store.snapshot().pending == ()
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
+    _replay_sending_nothing(store)
     assert _files(store.paths.pending) == []
     assert _files(store.paths.quarantine) == []
 
@@ -252,9 +263,7 @@ def test_each_conclusive_refusal_quarantines_intact_with_a_reason_sidecar(
     assert sidecar["source"] == "pending"
     assert len(sidecar_path.read_bytes()) < 2048  # bounded
     # ... rather than retrying forever: later passes never call the callback for it.
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
+    _replay_sending_nothing(store)
     assert (store.paths.quarantine / f"{key}.json").read_bytes() == attempted
 
 
@@ -444,19 +453,16 @@ def test_invalid_records_are_quarantined_intact_and_never_delivered(
     data = damage(_valid_record_bytes(store, make_close))
     key = json.loads(_valid_record_bytes(store, make_close))["key"]
     (store.paths.pending / f"{key}.json").write_bytes(data)
-    recorder = Recorder(store)
-    report = _replay(store, recorder)
-    assert recorder.calls == []
+    report = _replay_sending_nothing(store)
     assert report.invalid_quarantined == 1
     assert _files(store.paths.pending) == []
     assert (store.paths.quarantine / f"{key}.json").read_bytes() == data
-    sidecar = json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+    sidecar = _sidecar(store, key)
     assert sidecar["reason"] == reason
     assert sidecar["source"] == "pending"
     # Never deleted, never treated as delivered, however often replay runs.
-    _replay(store, recorder)
-    _replay(store, recorder)
-    assert recorder.calls == []
+    _replay_sending_nothing(store)
+    _replay_sending_nothing(store)
     assert (store.paths.quarantine / f"{key}.json").read_bytes() == data
     assert store.snapshot().delivered_count == 0
 
@@ -471,7 +477,7 @@ def test_an_oversized_record_is_quarantined_without_being_read_whole(
     (store.paths.pending / f"{key}.json").write_bytes(big)
     _replay(store, Recorder(store))
     assert (store.paths.quarantine / f"{key}.json").read_bytes() == big
-    sidecar = json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+    sidecar = _sidecar(store, key)
     assert sidecar["reason"] == "oversized"
 
 
@@ -482,10 +488,8 @@ def test_a_record_whose_result_exceeds_64_kib_is_quarantined(
     key = json.loads(data)["key"]
     huge = {f"k{i:03d}": "x" * 2000 for i in range(33)}  # > 65536 bytes encoded
     (store.paths.pending / f"{key}.json").write_bytes(_corrupt(data, intent__result=huge))
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
-    sidecar = json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+    _replay_sending_nothing(store)
+    sidecar = _sidecar(store, key)
     assert sidecar["reason"] == "invalid_intent"
 
 
@@ -515,9 +519,7 @@ def test_non_entries_in_pending_are_quarantined_intact(
         os.mkfifo(pending / name)
     else:
         (pending / name).write_text("hello")
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
+    _replay_sending_nothing(store)
     assert _files(pending) == []
     entries = [n for n in _files(store.paths.quarantine) if not n.endswith(".reason.json")]
     assert len(entries) == 1
@@ -551,10 +553,8 @@ def test_a_pending_record_contradicting_its_delivered_twin_is_quarantined(
     forged = _valid_record_bytes(elsewhere, make_close, result={"ok": False})
     assert json.loads(forged)["key"] == key
     (store.paths.pending / f"{key}.json").write_bytes(forged)
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
-    sidecar = json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+    _replay_sending_nothing(store)
+    sidecar = _sidecar(store, key)
     assert sidecar["reason"] == "conflicts_with_delivered"
 
 
@@ -567,7 +567,7 @@ def test_invalid_records_in_delivered_are_quarantined_too(
     (store.paths.pending / f"{key}.json").rename(store.paths.delivered / f"{key}.json")
     _replay(store, Recorder(store))
     assert (store.paths.quarantine / f"{key}.json").read_bytes() == data
-    sidecar = json.loads((store.paths.quarantine / f"{key}.reason.json").read_bytes())
+    sidecar = _sidecar(store, key)
     assert (sidecar["reason"], sidecar["source"]) == ("state_mismatch", "delivered")
 
 
@@ -756,9 +756,7 @@ def test_an_attempt_contradicting_the_transaction_id_is_quarantined(
 ) -> None:
     key = store.enqueue_close(**make_close(transaction_id=f"rtx-{RUN}.3")).record.key
     _rewrite(store, key, attempt=stored)
-    recorder = Recorder(store)
-    _replay(store, recorder)
-    assert recorder.calls == []
+    _replay_sending_nothing(store)
     [entry] = store.snapshot().quarantined
     assert entry.reason == "attempt_mismatch"
 
@@ -800,7 +798,7 @@ def test_entries_of_another_identity_are_quarantined_and_never_sent(
         "foreign_worker_identity",
     )
     assert f"{foreign}.json" in _files(store.paths.quarantine)  # moved intact
-    sidecar = json.loads((store.paths.quarantine / f"{foreign}.reason.json").read_bytes())
+    sidecar = _sidecar(store, foreign)
     assert sidecar["reason"] == "foreign_worker_identity"
 
 

@@ -53,6 +53,10 @@ class StandInGlas:
         self.on_get: Callable[[httpx.Request], httpx.Response] | None = None
         self.result_baseline: str | None = baseline
 
+    def changes(self, run_id: object) -> bytes:
+        """The genuine changes bundle of `run_id`'s attempt 1 over this history."""
+        return build_changes_bundle(self.repo, self.baseline, self.head, str(run_id), 1)
+
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.calls.append(f"{request.method} {request.url.path}")
         if request.method == "GET" and request.url.path.endswith(BUNDLE_PATH):
@@ -90,11 +94,12 @@ class StandInGlas:
         return sum(1 for call in self.calls if call.startswith("GET "))
 
 
-def _history(tmp_path: Path) -> tuple[Path, str, str]:
+async def _seeded(activity_core: ActivityCore, tmp_path: Path) -> tuple[uuid.UUID, StandInGlas]:
+    """A remote run seeded, and a stand-in Glas over a new history (tmp_path/glas-repo)."""
     repo = tmp_path / "glas-repo"
     baseline = make_repository(repo)
     head = commit_files(repo, {"briefs/x.md": "the brief\n"}, "brief")
-    return repo, baseline, head
+    return await activity_core.granted_run("remote"), StandInGlas(repo, baseline, head)
 
 
 async def _run(settings: Any, glas: StandInGlas, queue: httpx.AsyncBaseTransport) -> WorkerRuntime:
@@ -114,10 +119,6 @@ def _settings(tmp_path: Path, repos: Repos, **overrides: Any) -> Any:
     )
 
 
-async def _seed(activity_core: ActivityCore) -> uuid.UUID:
-    return await activity_core.granted_run("remote")
-
-
 def _bundles(tmp_path: Path) -> list[Path]:
     changes = tmp_path / "state" / "changes"
     return sorted(changes.iterdir()) if changes.exists() else []
@@ -134,10 +135,8 @@ async def _changes_rows(db: asyncpg.Connection, run_id: uuid.UUID) -> list[async
 async def test_a_remote_granted_run_fetches_uploads_and_succeeds(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path, db: asyncpg.Connection
 ) -> None:
-    repo, baseline, head = _history(tmp_path)
-    run_id = await _seed(activity_core)
-    glas = StandInGlas(repo, baseline, head)
-    glas.bundle = build_changes_bundle(repo, baseline, head, str(run_id), 1)
+    run_id, glas = await _seeded(activity_core, tmp_path)
+    glas.bundle = glas.changes(run_id)
     queue = RecordingTransport(activity_core.transport())
 
     await _run(_settings(tmp_path, repos), glas, queue)
@@ -154,7 +153,7 @@ async def test_a_remote_granted_run_fetches_uploads_and_succeeds(
     [stored] = await _changes_rows(db, run_id)
     assert stored["attempt"] == 1
     assert stored["digest"] == digest
-    assert stored["head_after"] == head
+    assert stored["head_after"] == glas.head
     assert bytes(stored["bundle"]) == glas.bundle
     assert queue.calls.index(f"PUT /ops-runs/{run_id}/changes") < queue.calls.index(
         f"POST /ops-runs/{run_id}/complete"
@@ -187,17 +186,17 @@ async def test_a_bundle_glas_cannot_give_fails_the_run_with_the_reason(
     case: str,
     reason: str,
 ) -> None:
-    repo, baseline, head = _history(tmp_path)
-    run_id = await _seed(activity_core)
-    glas = StandInGlas(repo, baseline, head)
-    real = build_changes_bundle(repo, baseline, head, str(run_id), 1)
+    run_id, glas = await _seeded(activity_core, tmp_path)
+    real = glas.changes(run_id)
     overrides: dict[str, Any] = {}
     if case == "not_found":
         glas.on_get = _not_found
     elif case == "another_attempt":
-        glas.bundle = bundle_of_another_attempt(repo, baseline, head, str(run_id), 1)
+        glas.bundle = bundle_of_another_attempt(glas.repo, glas.baseline, glas.head, str(run_id), 1)
     elif case == "wrong_tip":
-        glas.bundle = bundle_with_ref_tip(repo, baseline, head, str(run_id), 1, baseline)
+        glas.bundle = bundle_with_ref_tip(
+            glas.repo, glas.baseline, glas.head, str(run_id), 1, glas.baseline
+        )
     elif case == "over_the_bound":
         glas.bundle = real
         overrides["rein_aharness_changes_max_bytes"] = len(real) - 1
@@ -233,9 +232,7 @@ async def test_a_bundle_glas_cannot_give_fails_the_run_with_the_reason(
 async def test_glas_unavailable_on_the_get_reopens_the_run(
     activity_core: ActivityCore, repos: Repos, tmp_path: Path, db: asyncpg.Connection
 ) -> None:
-    repo, baseline, head = _history(tmp_path)
-    run_id = await _seed(activity_core)
-    glas = StandInGlas(repo, baseline, head)
+    run_id, glas = await _seeded(activity_core, tmp_path)
     answers: list[Any] = [httpx.Response(503), httpx.ConnectError("dropped")]
 
     def flaky(request: httpx.Request) -> httpx.Response:
@@ -268,10 +265,8 @@ async def test_a_lost_bundle_is_fetched_again_on_replay(
     """The upload meets an outage, so the close stays pending; the bundle file is lost;
     the next pass fetches it again from Glas and sends it only if its digest is the
     intent's (else the entry is quarantined, nothing uploaded)."""
-    repo, baseline, head = _history(tmp_path)
-    run_id = await _seed(activity_core)
-    glas = StandInGlas(repo, baseline, head)
-    glas.bundle = build_changes_bundle(repo, baseline, head, str(run_id), 1)
+    run_id, glas = await _seeded(activity_core, tmp_path)
+    glas.bundle = glas.changes(run_id)
     digest = "sha256:" + hashlib.sha256(glas.bundle).hexdigest()
     queue = RecordingTransport(activity_core.transport())
 
@@ -289,7 +284,7 @@ async def test_a_lost_bundle_is_fetched_again_on_replay(
     assert kept.name == digest.removeprefix("sha256:") + ".bundle"
     kept.unlink()
     if not same_bytes:
-        glas.bundle = build_changes_bundle(repo, baseline, head, str(run_id), 1) + b"\n"
+        glas.bundle = glas.changes(run_id) + b"\n"
 
     queue.before = None
     puts_before = len(queue.paths("/changes"))

@@ -12,26 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import asyncpg
-import pytest
 
 from ops_devsupport.processes import processes_working_under
 from rein_aharness.outbox import OutboxStore
 from rein_worker_kit import (
     GRANT,
-    WORKER_BIN,
     Repos,
     ServedQueue,
     command_profile,
+    exited,
+    kill,
     processes_of_run,
-    serve_behind,
+    served_behind,
+    start_worker,
     started_in_a_worktree,
-    worker_process_env,
     write_catalogue,
 )
 
@@ -65,36 +61,7 @@ class HoldingProxy:
 Served = ServedQueue[HoldingProxy]
 
 
-@pytest.fixture
-async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
-    async with serve_behind(HoldingProxy, db_dsn, db) as served:
-        yield served
-
-
-def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
-    return worker_process_env(tmp_path, repos, catalogue, url, lease_seconds=3)
-
-
-def _start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
-    argv = [str(WORKER_BIN), "run", *(args or ("--once",))]
-    with log.open("ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=out)
-
-
-async def _exited(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
-    try:
-        async with asyncio.timeout(timeout):
-            while process.poll() is None:
-                await asyncio.sleep(0.05)
-    finally:
-        if process.poll() is None:
-            _kill(process)
-    return process.returncode
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=10)
+served = served_behind(HoldingProxy)
 
 
 def _working_in(root: Path) -> list[int]:
@@ -114,15 +81,17 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     run_id = await served.seeded.run(
         harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
     )
-    env = _worker_env(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), served.url)
+    env = served.worker_env(
+        tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), lease_seconds=3
+    )
     log = tmp_path / "worker.log"
 
-    first = _start(env, log)
+    first = start_worker(env, log)
     try:
         async with asyncio.timeout(30):
             await served.middleware.held.wait()
     finally:
-        _kill(first)  # SIGKILL while the worker waits for the complete's answer
+        kill(first)  # SIGKILL while the worker waits for the complete's answer
     assert first.returncode == -signal.SIGKILL
 
     # activity-core applied the close; the worker never heard; its outbox entry is pending
@@ -144,8 +113,8 @@ async def test_a_worker_killed_mid_close_delivers_the_close_exactly_once_after_r
     assert list(landings) == [f"refs/heads/rein/{run_id}/1"]
 
     served.middleware.hold = False
-    second = _start(env, log)
-    assert await _exited(second) == 0
+    second = start_worker(env, log)
+    assert await exited(second) == 0
 
     # delivered exactly once more, as the exact repeat: reconciled, the row untouched
     [delivered] = (tmp_path / "state" / "close-outbox" / "delivered").iterdir()
@@ -184,17 +153,17 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     run_id = await served.seeded.run(
         harness_profile_ref="harness.redo@1.0.0", repository_grant=GRANT
     )
-    env = _worker_env(tmp_path, repos, catalogue, served.url)
+    env = served.worker_env(tmp_path, repos, catalogue, lease_seconds=3)
     log = tmp_path / "worker.log"
 
-    first = _start(env, log)
+    first = start_worker(env, log)
     try:
         async with asyncio.timeout(30):
             while not started_in_a_worktree(tmp_path / "state"):
                 await asyncio.sleep(0.05)
         assert processes_of_run(run_id)
     finally:
-        _kill(first)
+        kill(first)
     worktrees = tmp_path / "state" / "worktrees"
     names = sorted(p.name for p in worktrees.iterdir())
     assert names == [f"{run_id}.1", f"{run_id}.1.scratch"]  # killed mid-work
@@ -206,8 +175,8 @@ async def test_a_worker_killed_mid_execution_leaves_nothing_behind_and_the_run_i
     assert OutboxStore(tmp_path / "state" / "close-outbox").snapshot().pending == ()
 
     await served.seeded.expire_lease(run_id)
-    second = _start(env, log)
-    assert await _exited(second) == 0
+    second = start_worker(env, log)
+    assert await exited(second) == 0
 
     row = await served.seeded.row(run_id)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
@@ -229,18 +198,18 @@ async def test_sigterm_abandons_a_run_cleanly_after_the_grace_period(
     run_id = await served.seeded.run(
         harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
     )
-    env = _worker_env(tmp_path, repos, catalogue, served.url)
+    env = served.worker_env(tmp_path, repos, catalogue, lease_seconds=3)
     env.update({"REIN_AHARNESS_SHUTDOWN_GRACE_SECONDS": "0.5", "REIN_AHARNESS_WAIT_SECONDS": "5"})
     log = tmp_path / "worker.log"
 
-    worker = _start(env, log, "--labels", "automated")  # the loop, not --once
+    worker = start_worker(env, log, "--labels", "automated")  # the loop, not --once
     try:
         async with asyncio.timeout(30):
             while not started_in_a_worktree(tmp_path / "state"):
                 await asyncio.sleep(0.05)
     finally:
         worker.send_signal(signal.SIGTERM)
-    assert await _exited(worker, timeout=15) == 0
+    assert await exited(worker, timeout=15) == 0
 
     row = await served.seeded.row(run_id)
     assert (row["state"], row["result"]) == ("claimed", None)  # nothing closed; lease expires

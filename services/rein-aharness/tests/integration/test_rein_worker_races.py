@@ -19,14 +19,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
-import pytest
 
 from ac_testkit import OPERATOR_TOKEN
 from rein_aharness.outbox import OutboxStore
@@ -36,10 +33,12 @@ from rein_worker_kit import (
     Repos,
     ServedQueue,
     command_profile,
+    exited,
+    kill,
     processes_of_run,
-    serve_behind,
+    served_behind,
+    start_worker,
     started_in_a_worktree,
-    worker_process_env,
     write_catalogue,
 )
 
@@ -104,14 +103,7 @@ class StandIn:
 Served = ServedQueue[StandIn]
 
 
-@pytest.fixture
-async def served(db_dsn: str, db: asyncpg.Connection) -> AsyncIterator[Served]:
-    async with serve_behind(StandIn, db_dsn, db) as served:
-        yield served
-
-
-def _worker_env(tmp_path: Path, repos: Repos, catalogue: Path, url: str) -> dict[str, str]:
-    return worker_process_env(tmp_path, repos, catalogue, url, lease_seconds=LEASE_SECONDS)
+served = served_behind(StandIn)
 
 
 def _kill_run(run_id: object) -> None:
@@ -133,13 +125,9 @@ async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline
         harness_profile_ref="harness.slow@1.0.0", repository_grant=GRANT
     )
     log = tmp_path / "worker.log"
-    with log.open("ab") as out:
-        worker = subprocess.Popen(
-            [str(WORKER_BIN), "run", "--once"],
-            env=_worker_env(tmp_path, repos, catalogue, served.url),
-            stdout=out,
-            stderr=out,
-        )
+    worker = start_worker(
+        served.worker_env(tmp_path, repos, catalogue, lease_seconds=LEASE_SECONDS), log
+    )
     # Tolerance 1.0 s either side of the window: the claim's arrival is timed here, a
     # little after the worker sent it (the lower side: the lease is counted from the send,
     # and the process list is polled every 50 ms); after the deadline the worker still
@@ -165,14 +153,10 @@ async def test_a_heartbeat_held_past_the_lease_ends_the_approach_at_the_deadline
         assert gone_at is not None, "the approach outlived its lease"
         assert served.middleware.held >= 1  # a heartbeat was in flight, unanswered
         assert earliest <= gone_at - claimed_at <= latest, gone_at - claimed_at
-        async with asyncio.timeout(30):
-            while worker.poll() is None:
-                await asyncio.sleep(0.05)
-        assert worker.returncode == 0, log.read_text()
+        assert await exited(worker, timeout=30) == 0, log.read_text()
     finally:
         if worker.poll() is None:
-            worker.kill()
-            worker.wait(10)
+            kill(worker)
         _kill_run(run_id)
 
     # nothing landed, nothing closed: the row waits for its lease to end on the server
@@ -196,7 +180,9 @@ async def test_a_run_cancelled_before_its_close_arrives_is_settled_and_its_branc
     run_id = await served.seeded.run(
         harness_profile_ref="harness.brief@1.0.0", repository_grant=GRANT
     )
-    env = _worker_env(tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), served.url)
+    env = served.worker_env(
+        tmp_path, repos, write_catalogue(tmp_path / "profiles.yaml"), lease_seconds=LEASE_SECONDS
+    )
     env["REIN_AHARNESS_LEASE_SECONDS"] = "60"  # no heartbeat before the close
     log = tmp_path / "worker.log"
     with log.open("ab") as out:

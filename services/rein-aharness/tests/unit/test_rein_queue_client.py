@@ -62,6 +62,16 @@ def _closed(projection: Callable[..., dict[str, Any]], disposition: str) -> http
     )
 
 
+def _close_routes(
+    router: respx.MockRouter, projection: Callable[..., dict[str, Any]], complete: str, fail: str
+) -> tuple[respx.Route, respx.Route]:
+    """RUN's complete and fail routes, answering with the dispositions `complete`, `fail`."""
+    return (
+        router.post(f"/ops-runs/{RUN}/complete").mock(return_value=_closed(projection, complete)),
+        router.post(f"/ops-runs/{RUN}/fail").mock(return_value=_closed(projection, fail)),
+    )
+
+
 async def test_every_request_carries_the_worker_bearer_token(
     router: respx.MockRouter, client: ActivityCoreQueueClient, projection: Callable[..., Any]
 ) -> None:
@@ -129,10 +139,7 @@ async def test_heartbeat_refusals_are_typed_and_not_retried(
 async def test_complete_and_fail_return_the_disposition(
     router: respx.MockRouter, client: ActivityCoreQueueClient, projection: Callable[..., Any]
 ) -> None:
-    complete = router.post(f"/ops-runs/{RUN}/complete").mock(
-        return_value=_closed(projection, "applied")
-    )
-    fail = router.post(f"/ops-runs/{RUN}/fail").mock(return_value=_closed(projection, "reopened"))
+    complete, fail = _close_routes(router, projection, "applied", "reopened")
     done = await client.complete(RUN, WORKER, {"ok": True}, attempt=1)
     assert done.close_disposition is CloseDisposition.applied
     failed = await client.fail(RUN, WORKER, "llm timeout", reopen=True, attempt=3)
@@ -154,10 +161,7 @@ async def test_a_close_without_a_known_attempt_is_sent_without_one(
     router: respx.MockRouter, client: ActivityCoreQueueClient, projection: Callable[..., Any]
 ) -> None:
     """Only for an outbox record that never knew its attempt (see close_delivery)."""
-    complete = router.post(f"/ops-runs/{RUN}/complete").mock(
-        return_value=_closed(projection, "applied")
-    )
-    fail = router.post(f"/ops-runs/{RUN}/fail").mock(return_value=_closed(projection, "applied"))
+    complete, fail = _close_routes(router, projection, "applied", "applied")
     await client.complete(RUN, WORKER, {"ok": True}, attempt=None)
     await client.fail(RUN, WORKER, "boom", attempt=None)
     assert "attempt" not in json.loads(complete.calls.last.request.content)

@@ -25,6 +25,15 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+def _refusal(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
+    """The message load_settings refuses `env` with (set on the clean environment)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    return str(raised.value)
+
+
 def test_everything_is_optional() -> None:
     settings = load_settings()
     assert all(getattr(settings, name.lower()) is None for name in VARIABLES)
@@ -57,21 +66,15 @@ def test_empty_variables_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_several_bad_values_are_named_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTIVITY_CORE_URL", "nope")
-    monkeypatch.setenv("REIN_AHARNESS_STATE_DIR", "relative")
-    with pytest.raises(SettingsError) as caught:
-        load_settings()
-    message = str(caught.value)
+    message = _refusal(monkeypatch, ACTIVITY_CORE_URL="nope", REIN_AHARNESS_STATE_DIR="relative")
     assert "ACTIVITY_CORE_URL" in message and "REIN_AHARNESS_STATE_DIR" in message
     assert "\n" not in message and "nope" not in message
 
 
 def test_a_bad_token_is_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTIVITY_CORE_WORKER_TOKEN", "line1\nSECRET")
-    with pytest.raises(SettingsError) as caught:
-        load_settings()
-    assert "ACTIVITY_CORE_WORKER_TOKEN" in str(caught.value)
-    assert "SECRET" not in str(caught.value)
+    message = _refusal(monkeypatch, ACTIVITY_CORE_WORKER_TOKEN="line1\nSECRET")
+    assert "ACTIVITY_CORE_WORKER_TOKEN" in message
+    assert "SECRET" not in message
 
 
 # -- remote mode (REIN_AHARNESS_REPOSITORY_URL) ------------------------------------------
@@ -122,11 +125,11 @@ def test_without_a_url_the_worker_is_in_single_host_mode() -> None:
 def test_a_bad_url_template_stops_with_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, template: str, problem: str
 ) -> None:
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path))
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", template)
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    message = str(raised.value)
+    message = _refusal(
+        monkeypatch,
+        REIN_AHARNESS_REPOSITORIES_ROOT=str(tmp_path),
+        REIN_AHARNESS_REPOSITORY_URL=template,
+    )
     assert message.startswith("invalid setting REIN_AHARNESS_REPOSITORY_URL: ")
     assert problem in message and "\n" not in message
     assert "pw@" not in message
@@ -147,11 +150,7 @@ def test_a_bad_url_template_stops_with_one_line(
 def test_remote_mode_problems_name_the_variable(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], variable: str
 ) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    assert f"REIN_AHARNESS_{variable}: " in str(raised.value)
+    assert f"REIN_AHARNESS_{variable}: " in _refusal(monkeypatch, **env)
 
 
 def test_a_token_file_needs_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -168,21 +167,20 @@ def test_an_unusable_token_file_is_refused_without_echoing_it(
 ) -> None:
     token = tmp_path / "token"
     token.write_text(content)
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORIES_ROOT", str(tmp_path))
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_URL", "https://g.example/{target_repo}")
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN_FILE", str(token))
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    assert "REIN_AHARNESS_REPOSITORY_TOKEN_FILE: " in str(raised.value)
-    assert "lines" not in str(raised.value) and "padded" not in str(raised.value)
+    message = _refusal(
+        monkeypatch,
+        REIN_AHARNESS_REPOSITORIES_ROOT=str(tmp_path),
+        REIN_AHARNESS_REPOSITORY_URL="https://g.example/{target_repo}",
+        REIN_AHARNESS_REPOSITORY_TOKEN_FILE=str(token),
+    )
+    assert "REIN_AHARNESS_REPOSITORY_TOKEN_FILE: " in message
+    assert "lines" not in message and "padded" not in message
 
 
 def test_a_repository_token_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REIN_AHARNESS_REPOSITORY_TOKEN", "tok-in-env")
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    assert "REIN_AHARNESS_REPOSITORY_TOKEN: not read" in str(raised.value)
-    assert "tok-in-env" not in str(raised.value)
+    message = _refusal(monkeypatch, REIN_AHARNESS_REPOSITORY_TOKEN="tok-in-env")
+    assert "REIN_AHARNESS_REPOSITORY_TOKEN: not read" in message
+    assert "tok-in-env" not in message
 
 
 def test_the_changes_bound_defaults_to_8_mib_and_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,9 +193,6 @@ def test_the_changes_bound_defaults_to_8_mib_and_is_read(monkeypatch: pytest.Mon
 def test_a_bad_changes_bound_is_refused_in_one_line(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    monkeypatch.setenv("REIN_AHARNESS_CHANGES_MAX_BYTES", value)
-    with pytest.raises(SettingsError) as raised:
-        load_settings()
-    message = str(raised.value)
+    message = _refusal(monkeypatch, REIN_AHARNESS_CHANGES_MAX_BYTES=value)
     assert message.startswith("invalid setting REIN_AHARNESS_CHANGES_MAX_BYTES: ")
     assert "\n" not in message

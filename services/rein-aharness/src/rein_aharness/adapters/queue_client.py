@@ -40,7 +40,7 @@ succeeds would otherwise leave no trace of the outage it rode out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import quote
@@ -201,27 +201,16 @@ class ActivityCoreQueueClient:
         the answer. An answer for another digest or attempt is a QueueProtocolError."""
 
         async def once() -> tuple[int, ChangesStored]:
-            try:
-                response = await self._http.put(
+            response = await _answer(
+                self._http.put(
                     _run_path(run_id, "changes"),
                     params={"worker_id": worker_id, "attempt": str(attempt)},
                     content=bundle,
                     headers={"Content-Type": BUNDLE_MEDIA_TYPE, "X-Changes-Digest": digest},
                 )
-            except httpx.TransportError as exc:
-                raise QueueTransportError(
-                    f"activity-core unreachable: {type(exc).__name__}"
-                ) from exc
-            except AnswerTooLarge as exc:
-                raise QueueProtocolError(f"activity-core answered too much: {exc}") from None
+            )
             if response.status_code in (200, 201):
-                try:
-                    stored = ChangesStored.model_validate_json(response.content)
-                except ValidationError as exc:
-                    raise QueueProtocolError(
-                        f"activity-core answered {response.status_code} with an unexpected body",
-                        status=response.status_code,
-                    ) from exc
+                stored = _documented_body(response, ChangesStored)
                 if stored.digest != digest or stored.attempt != attempt:
                     raise QueueProtocolError(
                         "activity-core stored other changes than the ones sent",
@@ -248,29 +237,40 @@ class ActivityCoreQueueClient:
         path = f"/ops-runs/{action}" if run_id is None else _run_path(run_id, action)
 
         async def once() -> M:
-            try:
-                response = await self._http.post(
+            response = await _answer(
+                self._http.post(
                     path,
                     json=body,
                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
-            except httpx.TransportError as exc:
-                raise QueueTransportError(
-                    f"activity-core unreachable: {type(exc).__name__}"
-                ) from exc
-            except AnswerTooLarge as exc:
-                raise QueueProtocolError(f"activity-core answered too much: {exc}") from None
+            )
             if response.is_success:
-                try:
-                    return model.model_validate_json(response.content)
-                except ValidationError as exc:
-                    raise QueueProtocolError(
-                        f"activity-core answered {response.status_code} with an unexpected body",
-                        status=response.status_code,
-                    ) from exc
+                return _documented_body(response, model)
             raise _translate_refusal(response, close=close)
 
         return await with_retries(self._retry, once, on_retry=_log_retry("POST", action, run_id))
+
+
+async def _answer(request: Awaitable[httpx.Response]) -> httpx.Response:
+    """`request`'s response; a transport failure and an answer too large to read as the
+    queue errors they are (the one translation every request shares)."""
+    try:
+        return await request
+    except httpx.TransportError as exc:
+        raise QueueTransportError(f"activity-core unreachable: {type(exc).__name__}") from exc
+    except AnswerTooLarge as exc:
+        raise QueueProtocolError(f"activity-core answered too much: {exc}") from None
+
+
+def _documented_body(response: httpx.Response, model: type[M]) -> M:
+    """A success's body as `model`; any other body is a QueueProtocolError."""
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise QueueProtocolError(
+            f"activity-core answered {response.status_code} with an unexpected body",
+            status=response.status_code,
+        ) from exc
 
 
 def _add_attempt(body: dict[str, Any], attempt: int | None) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
+from rein_aharness.outbox.durable import fsync_dir
 from rein_aharness.repository.git import GitError, git, git_environment, git_text
 from rein_aharness.repository.landing import landing_ref
 
@@ -166,7 +167,7 @@ async def write_changes_bundle(
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    await anyio.to_thread.run_sync(_fsync_dir, changes_dir)
+    await anyio.to_thread.run_sync(fsync_dir, changes_dir)
     return ChangesBundle(target, digest, size)
 
 
@@ -230,11 +231,3 @@ async def _write_pack(
     if returncode != 0:
         raise GitError(["pack-objects"], returncode, bytes(stderr))
     return f"sha256:{hasher.hexdigest()}", size
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

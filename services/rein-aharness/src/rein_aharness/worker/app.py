@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -49,7 +50,7 @@ from rein_aharness.settings import ReinAharnessSettings, SettingsError, parse_bi
 from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.events import EventSink, HttpEventSink, LogEventSink
 from rein_aharness.worker.legacy import LegacyRunner
-from rein_aharness.worker.loop import Worker, WorkerConfig
+from rein_aharness.worker.loop import Worker, WorkerConfig, run_watched
 from rein_aharness.worker.metrics import WorkerMetrics, serve_metrics
 from rein_aharness.worker.processor import RunProcessor
 
@@ -336,17 +337,10 @@ async def run_worker(
                 )
                 if pruned:
                     log.info("removed %d changes bundles no pending close refers to", pruned)
-            failure: list[Exception] = []
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_stop_on_signals, stop)
-                try:
-                    await runtime.worker.run(once=once, stop=stop)
-                except Exception as exc:
-                    failure.append(exc)
-                finally:
-                    tasks.cancel_scope.cancel()
-            if failure:
-                raise failure[0]
+            await run_watched(
+                functools.partial(runtime.worker.run, once=once, stop=stop),
+                functools.partial(_stop_on_signals, stop),  # returns never: only the run ends it
+            )
         return exit_code_for(runtime.store.snapshot())
 
 

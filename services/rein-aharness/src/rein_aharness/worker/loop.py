@@ -51,7 +51,7 @@ from rein_aharness.worker.closer import Closer
 from rein_aharness.worker.metrics import WorkerMetrics
 from rein_aharness.worker.processor import RunProcessor, RunReport
 
-__all__ = ["Worker", "WorkerConfig"]
+__all__ = ["Worker", "WorkerConfig", "run_watched"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Worker:
     async def run(self, *, once: bool = False, stop: anyio.Event | None = None) -> None:
         stop = stop or anyio.Event()
         while not stop.is_set():
-            replay = await _until(stop, self._closer.replay)
+            replay = await run_watched(self._closer.replay, stop.wait)
             if replay is None:
                 return
             self._metrics.replayed(replay)
@@ -112,7 +112,7 @@ class Worker:
             # after that, on Activity Core's clock.
             claim_sent_at = anyio.current_time()
             try:
-                runs = await _until(stop, self._claim)
+                runs = await run_watched(self._claim, stop.wait)
             except (QueueTransientError, QueueAuthError, QueueProtocolError) as exc:
                 log.warning("claim failed: %s", exc)
                 self._metrics.claim("error")
@@ -185,17 +185,21 @@ def _why_stopped(replay: ReplayReport) -> str:
     return "activity-core unreachable while replaying closes; not claiming"
 
 
-async def _until(stop: anyio.Event, call: Callable[[], Awaitable[T]]) -> T | None:
-    """`call()`, cancelled if `stop` is set first (then None). Its exceptions propagate."""
+async def run_watched(
+    call: Callable[[], Awaitable[T]], watch: Callable[[], Awaitable[object]]
+) -> T | None:
+    """`call()` in this task, cancelled if `watch()` returns first (then None); `watch` is
+    cancelled once the call ends. The call's exception propagates as itself, not inside
+    the task group's ExceptionGroup (the loop's `stop`, and `run`'s signals, use it)."""
     outcome: list[T] = []
     failure: list[Exception] = []
     async with anyio.create_task_group() as tasks:
 
-        async def watch() -> None:
-            await stop.wait()
+        async def watching() -> None:
+            await watch()
             tasks.cancel_scope.cancel()
 
-        tasks.start_soon(watch)
+        tasks.start_soon(watching)
         try:
             outcome.append(await call())
         except Exception as exc:
