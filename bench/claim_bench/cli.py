@@ -10,12 +10,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
-import shutil
 import signal
 import sys
 import tempfile
-import warnings
 from functools import partial
 from pathlib import Path
 
@@ -35,10 +32,10 @@ from claim_bench.phases import (
 from claim_bench.plan import FULL, QUICK, Plan
 from claim_bench.records import Results
 from claim_bench.report import environment, print_profile, print_summary
-from claim_bench.scratch import LEFTOVERS, final_cleanup, scratch_database, sigint_ignored
+from claim_bench.scratch import final_cleanup, scratch_database, server_for_bench, sigint_ignored
 from claim_bench.seeding import Database
 
-__all__ = ["main", "resolve_dsn", "run"]
+__all__ = ["main", "run"]
 
 
 async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
@@ -109,10 +106,6 @@ async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
     return 0 if results.double_claims == 0 and results.errors == 0 else 1
 
 
-def resolve_dsn(explicit: str | None) -> str | None:
-    return explicit or os.environ.get("BENCH_DATABASE_URL") or os.environ.get("TEST_DATABASE_URL")
-
-
 def main(argv: list[str] | None = None) -> int:
     description = claim_bench.__doc__
     parser = argparse.ArgumentParser(
@@ -153,17 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     with contextlib.ExitStack() as stack:
-        server_dsn = resolve_dsn(args.database_url)
-        if server_dsn is None:
-            from activity_core.db.embedded import start_embedded
-
-            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-            state = Path(tempfile.mkdtemp(prefix="claim-bench-pg-"))
-            stack.callback(shutil.rmtree, state, True)
-            server_dsn, handle = start_embedded(state, database="postgres")
-            stack.callback(handle.cleanup)
-            print(f"embedded PostgreSQL under {state}")
-        LEFTOVERS.server_dsn = server_dsn
+        server_dsn = server_for_bench(args.database_url, stack, "claim-bench-pg-")
         try:
             # The loop `serve` runs on, for the bench's asyncpg and HTTP clients alike.
             return uvloop.run(run(server_dsn, plan, args.profile_api))

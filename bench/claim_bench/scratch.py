@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import asyncpg
 
@@ -24,7 +28,9 @@ __all__ = [
     "Leftovers",
     "drop_database",
     "final_cleanup",
+    "resolve_dsn",
     "scratch_database",
+    "server_for_bench",
     "sigint_ignored",
 ]
 
@@ -68,6 +74,27 @@ async def scratch_database(server_dsn: str) -> AsyncIterator[str]:
         with sigint_ignored():
             print(f"· dropping scratch database {name}", flush=True)
             await drop_database(server_dsn, name)
+
+
+def resolve_dsn(explicit: str | None) -> str | None:
+    return explicit or os.environ.get("BENCH_DATABASE_URL") or os.environ.get("TEST_DATABASE_URL")
+
+
+def server_for_bench(explicit: str | None, stack: contextlib.ExitStack, prefix: str) -> str:
+    """The PostgreSQL server a bench makes its scratch databases on: `--database-url`,
+    BENCH_DATABASE_URL, TEST_DATABASE_URL, else an embedded one that `stack` removes."""
+    server_dsn = resolve_dsn(explicit)
+    if server_dsn is None:
+        from activity_core.db.embedded import start_embedded
+
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        state = Path(tempfile.mkdtemp(prefix=prefix))
+        stack.callback(shutil.rmtree, state, True)
+        server_dsn, handle = start_embedded(state, database="postgres")
+        stack.callback(handle.cleanup)
+        print(f"embedded PostgreSQL under {state}")
+    LEFTOVERS.server_dsn = server_dsn
+    return server_dsn
 
 
 def final_cleanup() -> None:

@@ -38,9 +38,9 @@ from activity_core.artefacts.models import (
     SinkWrites,
 )
 from activity_core.artefacts.projection import project_ops_run
-from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.db.keyset import encode_cursor
 from activity_core.db.unavailable import pooled
-from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.errors import QueueRefusal, query_cursor
 from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
 
@@ -56,13 +56,6 @@ def _as_uuid(value: str) -> uuid.UUID | None:
         return uuid.UUID(value)
     except ValueError:
         return None
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        return decode_cursor(cursor)
-    except InvalidCursor as exc:
-        raise QueueRefusal(RefusalCode.invalid_request, str(exc), loc=("query", "cursor")) from exc
 
 
 def _automation(row: asyncpg.Record) -> dict[str, Any]:
@@ -139,7 +132,7 @@ class ArtefactService:
         self, automation: str, *, limit: int = 20, cursor: str | None = None
     ) -> FirePage:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
-        after = _decode_cursor(cursor) if cursor is not None else (None, None)
+        after = query_cursor(cursor) if cursor is not None else (None, None)
         async with self._snapshot() as conn:
             ref = await self._definition(conn, automation)
             rows = await conn.fetch(queries.FIRES_PAGE, ref.id, after[0], after[1], limit + 1)

@@ -16,7 +16,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from activity_core.artefacts.projection import compact_evidence_of
-from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.db.keyset import encode_cursor
 from activity_core.operator import queries
 from activity_core.operator.connection import snapshot
 from activity_core.operator.explain import (
@@ -30,7 +30,7 @@ from activity_core.operator.explain import (
 )
 from activity_core.operator.workers import worker_state
 from activity_core.queue import queries as queue_queries
-from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.errors import QueueRefusal, query_cursor
 from activity_core.queue.service import definition_id_of
 from activity_core.queue.sightings import ClaimSightings
 from ops_contracts import RefusalCode, RunState
@@ -91,7 +91,7 @@ class OperatorViews:
         limit: int = 50,
     ) -> tuple[list[dict[str, Any]], str | None]:
         limit = max(1, min(limit, MAX_DEAD_LETTER_PAGE))
-        after = _decode(cursor) if cursor is not None else (None, None)
+        after = query_cursor(cursor) if cursor is not None else (None, None)
         async with snapshot(self._pool) as conn:
             definition_id = (
                 await definition_id_of(conn, automation) if automation is not None else None
@@ -235,10 +235,3 @@ def _dead_letter_run(row: asyncpg.Record) -> dict[str, Any]:
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
     }
-
-
-def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        return decode_cursor(cursor)
-    except InvalidCursor as exc:
-        raise QueueRefusal(RefusalCode.invalid_request, str(exc), loc=("query", "cursor")) from exc

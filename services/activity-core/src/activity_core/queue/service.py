@@ -21,14 +21,14 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from activity_core.changes.verify import DEFAULT_TIMEOUT_S
-from activity_core.db.keyset import InvalidCursor, decode_cursor, encode_cursor
+from activity_core.db.keyset import encode_cursor
 from activity_core.db.unavailable import Unit, run_unit
 from activity_core.queue import queries
 from activity_core.queue.changes_upload import ChangesUploads
 from activity_core.queue.claim import Claims, ClaimSpec, record_ended_leases
 from activity_core.queue.close import Closes, refusal
 from activity_core.queue.close_decision import decide_heartbeat
-from activity_core.queue.errors import QueueRefusal
+from activity_core.queue.errors import QueueRefusal, query_cursor
 from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.projection import project
 from activity_core.queue.sightings import ClaimSightings
@@ -71,13 +71,6 @@ async def definition_id_of(conn: PoolConnectionProxy[asyncpg.Record], automation
         raise QueueRefusal(RefusalCode.not_found, f"no automation {automation}")
     definition_id: uuid.UUID = found
     return definition_id
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        return decode_cursor(cursor)
-    except InvalidCursor as exc:
-        raise QueueRefusal(RefusalCode.invalid_request, str(exc), loc=("query", "cursor")) from exc
 
 
 class QueueService:
@@ -218,7 +211,7 @@ class QueueService:
         return project(row)
 
     async def list(self, flt: ListFilter) -> tuple[list[dict[str, Any]], str | None]:
-        cursor_at, cursor_id = _decode_cursor(flt.cursor) if flt.cursor else (None, None)
+        cursor_at, cursor_id = query_cursor(flt.cursor) if flt.cursor else (None, None)
 
         async def page_of(conn: PoolConnectionProxy[asyncpg.Record]) -> list[asyncpg.Record]:
             definition_id = flt.activity_definition_id
