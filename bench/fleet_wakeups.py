@@ -48,7 +48,7 @@ from claim_bench.cpu import process_tree_cpu
 from claim_bench.drivers import Worker
 from claim_bench.errors import BenchError
 from claim_bench.plan import DEFINITION_ID
-from claim_bench.scratch import final_cleanup, scratch_database, server_for_bench
+from claim_bench.scratch import exit_code_of, scratch_database, server_for_bench
 from claim_bench.seeding import Database
 
 LABEL = "fleet-bench"
@@ -424,16 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     print("command:", " ".join(["bench/fleet_wakeups.py", *(argv or sys.argv[1:])]))
     with contextlib.ExitStack() as stack:
         server_dsn = server_for_bench(args.database_url, stack, "fleet-bench-pg-")
-        try:
-            return asyncio.run(run(server_dsn, fleets, apis, args.runs))
-        except KeyboardInterrupt:
-            print("\ninterrupted", file=sys.stderr)
-            return 130
-        except BenchError as exc:
-            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            final_cleanup()
+        return exit_code_of(lambda: asyncio.run(run(server_dsn, fleets, apis, args.runs)))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
-import sys
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,6 @@ import uvloop
 
 import claim_bench
 from claim_bench.api_server import api_server, server_log_note
-from claim_bench.errors import BenchError
 from claim_bench.phases import (
     best_of,
     http_attempt,
@@ -32,10 +30,23 @@ from claim_bench.phases import (
 from claim_bench.plan import FULL, QUICK, Plan
 from claim_bench.records import Results
 from claim_bench.report import environment, print_profile, print_summary
-from claim_bench.scratch import final_cleanup, scratch_database, server_for_bench, sigint_ignored
+from claim_bench.scratch import exit_code_of, scratch_database, server_for_bench, sigint_ignored
 from claim_bench.seeding import Database
 
 __all__ = ["main", "run"]
+
+
+async def ceilings(db: Database, plan: Plan, results: Results, which: str) -> None:
+    """Phase (a) and its minimal-table reference, once before the HTTP phases and once after
+    (`which`), so that a machine that got slower in between shows."""
+    label = f"(a) raw SQL, real schema, {plan.raw_connections} connections {which}"
+    results.ceiling_runs.append(
+        await best_of(label, "cycles/s", lambda: raw_attempt(db, plan, label), results)
+    )
+    ref = f"(a-ref) raw SQL, minimal queue table, {plan.raw_connections} connections {which}"
+    results.minimal_runs.append(
+        await best_of(ref, "cycles/s", lambda: minimal_attempt(db, plan, ref), results)
+    )
 
 
 async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
@@ -49,17 +60,7 @@ async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
             db = await Database.prepare(dsn)
             try:
                 await environment(db)
-                label = f"(a) raw SQL, real schema, {plan.raw_connections} connections [1 of 2]"
-                results.ceiling_runs.append(
-                    await best_of(label, "cycles/s", lambda: raw_attempt(db, plan, label), results)
-                )
-                ref = (
-                    f"(a-ref) raw SQL, minimal queue table, {plan.raw_connections} connections "
-                    "[1 of 2]"
-                )
-                results.minimal_runs.append(
-                    await best_of(ref, "cycles/s", lambda: minimal_attempt(db, plan, ref), results)
-                )
+                await ceilings(db, plan, results, "[1 of 2]")
                 fleet = max(plan.http_workers)
                 async with api_server(dsn, Path(tmp), fleet, profile, plan.api_workers) as api:
                     print(
@@ -86,17 +87,7 @@ async def run(server_dsn: str, plan: Plan, profile: Path | None) -> int:
                 print(f"  {server_log_note(api.log_path)}")
                 if profile is not None:
                     print_profile(profile)
-                label = f"(a) raw SQL, real schema, {plan.raw_connections} connections [2 of 2]"
-                results.ceiling_runs.append(
-                    await best_of(label, "cycles/s", lambda: raw_attempt(db, plan, label), results)
-                )
-                ref = (
-                    f"(a-ref) raw SQL, minimal queue table, {plan.raw_connections} connections "
-                    "[2 of 2]"
-                )
-                results.minimal_runs.append(
-                    await best_of(ref, "cycles/s", lambda: minimal_attempt(db, plan, ref), results)
-                )
+                await ceilings(db, plan, results, "[2 of 2]")
                 await phase_sustain(db, plan, None, results.ceiling, results)
                 await phase_latency(db, plan, results)
             finally:
@@ -147,17 +138,5 @@ def main(argv: list[str] | None = None) -> int:
 
     with contextlib.ExitStack() as stack:
         server_dsn = server_for_bench(args.database_url, stack, "claim-bench-pg-")
-        try:
-            # The loop `serve` runs on, for the bench's asyncpg and HTTP clients alike.
-            return uvloop.run(run(server_dsn, plan, args.profile_api))
-        except KeyboardInterrupt:
-            print("\ninterrupted", file=sys.stderr)
-            return 130
-        except asyncio.CancelledError:
-            print("\nterminated", file=sys.stderr)
-            return 143
-        except BenchError as exc:
-            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            final_cleanup()
+        # The loop `serve` runs on, for the bench's asyncpg and HTTP clients alike.
+        return exit_code_of(lambda: uvloop.run(run(server_dsn, plan, args.profile_api)))

@@ -14,12 +14,13 @@ import signal
 import sys
 import tempfile
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 
+from claim_bench.errors import BenchError
 from ops_testsupport import databases
 from ops_testsupport.databases import create_database, database_name
 
@@ -27,6 +28,7 @@ __all__ = [
     "LEFTOVERS",
     "Leftovers",
     "drop_database",
+    "exit_code_of",
     "final_cleanup",
     "resolve_dsn",
     "scratch_database",
@@ -95,6 +97,24 @@ def server_for_bench(explicit: str | None, stack: contextlib.ExitStack, prefix: 
         print(f"embedded PostgreSQL under {state}")
     LEFTOVERS.server_dsn = server_dsn
     return server_dsn
+
+
+def exit_code_of(bench: Callable[[], int]) -> int:
+    """Run a bench's event loop (`bench`): Ctrl-C, SIGTERM (the main task cancelled) and a
+    BenchError end it with one line and their exit code; what it leaves is removed."""
+    try:
+        return bench()
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except asyncio.CancelledError:
+        print("\nterminated", file=sys.stderr)
+        return 143
+    except BenchError as exc:
+        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        final_cleanup()
 
 
 def final_cleanup() -> None:
