@@ -290,19 +290,7 @@ class Claims:
             one = claimers[0]
             args = (one.worker_id, one.lease_seconds, key.limit, key.labels_mode, labels)
             return [await self._run(lambda conn: conn.fetch(queries.CLAIM_UNLESS_STALE, *args))]
-        rows = await self._run(
-            lambda conn: conn.fetch(
-                queries.CLAIM_MANY_UNLESS_STALE,
-                [c.worker_id for c in claimers],
-                [c.lease_seconds for c in claimers],
-                key.limit,
-                key.labels_mode,
-                labels,
-            ),
-        )
-        leased: list[list[asyncpg.Record]] = [[] for _ in claimers]
-        for row in sorted(rows, key=lambda r: r["claim_rank"]):
-            leased[row["claimer"] - 1].append(row)
+        leased, _ = await self._lease_many(queries.CLAIM_MANY_UNLESS_STALE, key, claimers)
         return leased
 
     async def _lease_for_waiters(
@@ -325,9 +313,17 @@ class Claims:
     async def _lease_telling_held_back(
         self, key: ClaimKey, claimers: list[Claimer]
     ) -> tuple[list[list[asyncpg.Record]], bool]:
+        return await self._lease_many(queries.DISPATCH_CLAIM, key, claimers)
+
+    async def _lease_many(
+        self, statement: str, key: ClaimKey, claimers: list[Claimer]
+    ) -> tuple[list[list[asyncpg.Record]], bool]:
+        """One statement of the claimers-array shape (CLAIM_MANY_UNLESS_STALE, DISPATCH_CLAIM):
+        each claimer's rows in claim order, and whether the statement's held-back marker
+        row (DISPATCH_CLAIM only; claimers count from 1) said a stale claim held it back."""
         rows = await self._run(
             lambda conn: conn.fetch(
-                queries.DISPATCH_CLAIM,
+                statement,
                 [c.worker_id for c in claimers],
                 [c.lease_seconds for c in claimers],
                 key.limit,

@@ -149,9 +149,8 @@ class Dispatcher:
 
     def found_empty(self, key: ClaimKey, *, seen: int, at: float) -> None:
         """A statement sent at `at`, with `seen` wake-ups seen, found nothing open for `key`
-        (and no stale claim held it back)."""
-        if not self._listening():
-            return
+        (and no stale claim held it back). One sent while the listener was down is
+        outdated by the reconnect's wake-up (None), like any look before a wake-up."""
         known = self._found_empty.get(key)
         if known is None or known.at < at:
             if len(self._found_empty) >= 4 * WAKE_LOG_LENGTH:
