@@ -72,8 +72,10 @@ class Fleet:
     """N workers long-polling; each answer with a run is recorded and ends that worker's
     polling until it is sent back (`back_to_work`)."""
 
-    servers: list[ApiServer]
-    clients: list[httpx.AsyncClient]
+    # each worker with its own client and connection, as in a real fleet: one client
+    # pooling a thousand connections spends, in httpcore, time per request that grows
+    # with the pool, and that time was most of the p95 at 1,000 (issue 34's note)
+    workers: list[tuple[httpx.AsyncClient, Worker]]
     received: dict[str, float] = field(default_factory=dict)
     polling: int = 0
     errors: list[str] = field(default_factory=list)
@@ -82,10 +84,9 @@ class Fleet:
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
-        for server, client in zip(self.servers, self.clients, strict=True):
-            for worker in server.workers:
-                self._busy[worker.worker_id] = asyncio.Event()
-                self._tasks.append(asyncio.create_task(self._poll(client, worker)))
+        for client, worker in self.workers:
+            self._busy[worker.worker_id] = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._poll(client, worker)))
 
     async def _poll(self, client: httpx.AsyncClient, worker: Worker) -> None:
         headers = {"Authorization": f"Bearer {worker.token}"}
@@ -226,18 +227,24 @@ async def measure(server_dsn: str, fleet_size: int, apis: int, runs: int) -> Row
 async def _measure(
     db: Database, started: list[ApiServer], fleet_size: int, apis: int, runs: int
 ) -> Row:
-    limits = httpx.Limits(max_connections=fleet_size + 10, max_keepalive_connections=fleet_size)
+    # a second connection for the return-poll measurement, made while the worker's own
+    # long poll holds the first
+    limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
     timeout = httpx.Timeout(WAIT_SECONDS + 15)
     async with contextlib.AsyncExitStack() as stack:
-        clients = [
-            await stack.enter_async_context(
-                httpx.AsyncClient(
-                    base_url=s.base_url, limits=limits, timeout=timeout, trust_env=False
-                )
+        workers = [
+            (
+                await stack.enter_async_context(
+                    httpx.AsyncClient(
+                        base_url=s.base_url, limits=limits, timeout=timeout, trust_env=False
+                    )
+                ),
+                worker,
             )
             for s in started
+            for worker in s.workers
         ]
-        fleet = Fleet(started, clients)
+        fleet = Fleet(workers)
         fleet.start()
         try:
             await fleet.until_polling(fleet_size)
@@ -296,8 +303,8 @@ async def _measure(
             # a worker's return to the long poll with nothing open
             returning = min(len(started[0].workers), 50)
             before, before_at = await committed(db.conn)
-            for worker in started[0].workers[:returning]:
-                await one_poll(clients[0], worker)
+            for client, worker in workers[:returning]:
+                await one_poll(client, worker)
             after, after_at = await committed(db.conn)
             own = after - before - READING_TRANSACTIONS - background * (after_at - before_at)
             return_per_poll = own / returning
@@ -338,7 +345,7 @@ async def open_and_take(conn: asyncpg.Connection, fleet: Fleet) -> float:
 
 
 async def one_poll(client: httpx.AsyncClient, worker: Worker) -> None:
-    """One long poll of 1 s that finds nothing (the fleet's own polls are stopped)."""
+    """One long poll of 1 s that finds nothing (nothing is open; the fleet keeps polling)."""
     body = {"worker_id": worker.worker_id, "limit": 1, "labels": [LABEL], "wait_seconds": 1}
     headers = {"Authorization": f"Bearer {worker.token}"}
     response = await client.post("/ops-runs/claim", json=body, headers=headers)
