@@ -73,7 +73,6 @@ import os
 import secrets
 import signal
 import subprocess
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +87,7 @@ import pytest
 from activity_core.temporal.dev_server import DevServer, ephemeral_dev_server
 from local_pods import LocalContainer, local_container, plan_ports, probes, service_urls
 from made_secrets import made_secrets
+from ops_runtime.threaded_servers import served_in_a_thread
 from ops_testsupport.git_server import GitServer, running_git_server
 from rein_aharness.repository.remote import DEFAULT_USERNAME
 from rendered_pods import Obj, config_map, containers, kustomizations, rendered, workloads
@@ -137,14 +137,8 @@ class StateHubStandIn:
 
     @contextmanager
     def running(self) -> Iterator[StateHubStandIn]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with served_in_a_thread(self._server, "state-hub-stand-in"):
             yield self
-        finally:
-            self._server.shutdown()
-            self._server.server_close()
-            thread.join()
 
 
 @pytest.fixture

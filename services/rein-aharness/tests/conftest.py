@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -95,9 +94,3 @@ def tree_bytes(root: Path) -> Iterator[tuple[Path, bytes]]:
     for path in sorted(root.rglob("*")):
         if path.is_file() and not path.is_symlink():
             yield path, path.read_bytes()
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    value = json.loads(path.read_bytes())
-    assert isinstance(value, dict)
-    return value

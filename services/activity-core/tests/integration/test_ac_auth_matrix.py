@@ -711,9 +711,9 @@ def test_every_api_route_declares_the_credential_it_takes() -> None:
     """The body guard and the routes find a route's credential in its declaration: a route
     of the API that declared none would word a malformed request before asking who sent
     it. The UI pages (a login redirect) and the health endpoints take none."""
-    from ac_routers import APP_ROUTERS
     from fastapi.routing import APIRoute
 
+    from ac_routers import APP_ROUTERS
     from ac_testkit import settings_env
     from activity_core.http.app import create_app
     from activity_core.http.credentials import Credential, CredentialTable, credential_of

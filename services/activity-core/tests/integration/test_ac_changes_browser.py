@@ -13,10 +13,10 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from ac_changes import ChangedRuns
 
 from ac_browser import ARTIFACTS, chromium, sign_in
 from ac_browser import served as serve_app
+from ac_changes import ChangedRuns
 from ac_ui import ALICE, named_operators
 from activity_core.changes.anchors import change_anchor
 

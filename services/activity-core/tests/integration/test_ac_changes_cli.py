@@ -14,8 +14,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from ac_changes import BINARY, ChangedRuns
 
+from ac_changes import BINARY, ChangedRuns
 from ac_serve import Done, serve_env, serve_process
 from ac_testkit import OPERATOR_TOKEN, WORKER_ID, WORKER_TOKEN
 from activity_core.operator.cli import main

@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from ac_changes import HOSTILE_CONTENT, HOSTILE_NAME, QUOTED_NAME, ChangedRuns
 
+from ac_changes import HOSTILE_CONTENT, HOSTILE_NAME, QUOTED_NAME, ChangedRuns
 from ac_testkit import AppClient
 from ac_ui import ALICE, BOB, named_operators, session, signed_in
 from activity_core.changes.anchors import change_anchor

@@ -17,8 +17,8 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from ac_changes import Changes, completion, make_changes
 
+from ac_changes import Changes, completion, make_changes
 from ac_testkit import WORKER_ID, AppClient, SeededQueue
 from ops_testsupport.changes_bundles import (
     build_changes_bundle,

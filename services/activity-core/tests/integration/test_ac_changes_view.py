@@ -16,8 +16,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from ac_changes import BINARY, HOSTILE_CONTENT, HOSTILE_NAME, ChangedRuns, store
 
+from ac_changes import BINARY, HOSTILE_CONTENT, HOSTILE_NAME, ChangedRuns, store
 from ac_testkit import OPERATOR_TOKEN, WORKER_TOKEN, AppClient, running_app
 from activity_core.changes.view import MAX_FILE_DIFF_BYTES, MAX_FILES, MAX_TOTAL_DIFF_BYTES
 from ops_testsupport.changes_bundles import IDENTITY, bundle_digest, commit_files, git

@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from ac_definitions import RecordingApplier, definition_doc, spec_of, write_doc
 
+from ac_definitions import RecordingApplier, definition_doc, spec_of, write_doc
 from activity_core import cli, cli_definitions
 from activity_core.definitions.model import definition_uuid
 from activity_core.definitions.sync import ScheduleApplyError, sync_definitions

@@ -16,8 +16,8 @@ import asyncpg
 import httpx
 import pytest
 import respx
-from ac_definitions import GRANT, RecordingApplier, definition_doc, spec_of
 
+from ac_definitions import GRANT, RecordingApplier, definition_doc, spec_of
 from ac_testkit import AppClient
 from activity_core.definitions.model import ActivityDefinitionSpec
 from activity_core.definitions.sync import sync_definitions

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ac_changes import completion, make_changes
 
+from ac_changes import completion, make_changes
 from ac_testkit import AppClient, SeededQueue, refusal_of
 from ops_contracts import acceptance_policy_id, grant_id, parse_repository_grant
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from ac_definitions import RecordingApplier, definition_doc, spec_of
 
+from ac_definitions import RecordingApplier, definition_doc, spec_of
 from ac_testkit import AppClient, SeededQueue
 from activity_core.definitions.sync import sync_definitions
 

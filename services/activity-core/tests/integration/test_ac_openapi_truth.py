@@ -32,12 +32,12 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from ac_changes import ChangedRuns, completion, make_changes, store
-from ac_definitions import GRANT
-from ac_routers import JSON_ROUTERS
 from fastapi.routing import APIRoute
 
+from ac_changes import ChangedRuns, completion, make_changes, store
+from ac_definitions import GRANT
 from ac_fires import SeededAutomations
+from ac_routers import JSON_ROUTERS
 from ac_testkit import (
     OPERATOR_TOKEN,
     WORKER_ID,

@@ -3,15 +3,9 @@ before and without any setting, database or Temporal."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import subprocess
 from pathlib import Path
 
-from ops_devsupport.processes import run_console_script
-
-
-def run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_console_script("activity-core", *args, env=env, cwd=cwd)
+from ops_testsupport.console import assert_version_needs_no_settings
 
 
 def test_version_prints_the_installed_version_without_settings(tmp_path: Path) -> None:
@@ -22,11 +16,6 @@ def test_version_prints_the_installed_version_without_settings(tmp_path: Path) -
         "ACTIVITY_CORE_DB_POOL_MAX": "not-a-number",
         "ACTIVITY_CORE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
     }
-    refused = run("migrate", env=env, cwd=tmp_path)
-    assert refused.returncode == 2, refused
-    assert "ACTIVITY_CORE_DB_POOL_MAX" in refused.stderr
-
-    completed = run("--version", env=env, cwd=tmp_path)
-    assert completed.returncode == 0, completed
-    assert completed.stdout == f"activity-core {importlib.metadata.version('activity-core')}\n"
-    assert completed.stderr == ""
+    assert_version_needs_no_settings(
+        "activity-core", ["migrate"], env=env, cwd=tmp_path, named="ACTIVITY_CORE_DB_POOL_MAX"
+    )

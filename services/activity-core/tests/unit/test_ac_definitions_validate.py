@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ac_definitions import GRANT as GOOD_GRANT
 
+from ac_definitions import GRANT as GOOD_GRANT
 from activity_core.definitions.model import DEFINITION_NAMESPACE, definition_uuid
 from activity_core.definitions.validate import (
     DefinitionError,

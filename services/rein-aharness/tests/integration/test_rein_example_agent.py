@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from ops_runtime.threaded_servers import served_in_a_thread
 from rein_worker_kit import (
     ActivityCore,
     RecordingTransport,
@@ -63,13 +63,8 @@ class _Provider(http.server.BaseHTTPRequestHandler):
 def _provider() -> Iterator[int]:
     _Provider.seen = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Provider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served_in_a_thread(server, "model-provider") as (_, port):
+        yield port
 
 
 def _example_catalogue(tmp_path: Path, port: int) -> Path:

@@ -13,11 +13,11 @@ import os
 import socket
 import socketserver
 import tempfile
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ops_runtime.threaded_servers import served_in_a_thread
 from rein_aharness.gateway.approaches.command import run_in_sandbox
 from rein_aharness.profiles import SandboxChoice, SandboxProfile
 from rein_aharness.profiles.model import NetworkAllowlist
@@ -51,15 +51,11 @@ def _servers() -> Iterator[tuple[int, int]]:
     http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     echo = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
     echo.daemon_threads = True
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (http_server, echo)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield http_server.server_address[1], echo.server_address[1]
-    finally:
-        for server in (http_server, echo):
-            server.shutdown()
-            server.server_close()
+    with (
+        served_in_a_thread(http_server, "egress-hello") as (_, http_port),
+        served_in_a_thread(echo, "egress-echo") as (_, echo_port),
+    ):
+        yield http_port, echo_port
 
 
 def _sandbox(tmp_path: Path, allow: list[str], log: EgressLog) -> Sandbox:

@@ -3,15 +3,9 @@ before and without any setting, outbox or queue."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import subprocess
 from pathlib import Path
 
-from ops_devsupport.processes import run_console_script
-
-
-def run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_console_script("rein-aharness", *args, env=env, cwd=cwd)
+from ops_testsupport.console import assert_version_needs_no_settings
 
 
 def test_version_prints_the_installed_version_without_settings(tmp_path: Path) -> None:
@@ -22,10 +16,6 @@ def test_version_prints_the_installed_version_without_settings(tmp_path: Path) -
         "ACTIVITY_CORE_URL": "::",
         "REIN_AHARNESS_STATE_DIR": str(tmp_path / "state"),
     }
-    refused = run("close-outbox", "status", env=env, cwd=tmp_path)
-    assert refused.returncode == 2, refused
-
-    completed = run("--version", env=env, cwd=tmp_path)
-    assert completed.returncode == 0, completed
-    assert completed.stdout == f"rein-aharness {importlib.metadata.version('rein-aharness')}\n"
-    assert completed.stderr == ""
+    assert_version_needs_no_settings(
+        "rein-aharness", ["close-outbox", "status"], env=env, cwd=tmp_path
+    )

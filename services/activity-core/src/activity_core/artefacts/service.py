@@ -41,6 +41,7 @@ from activity_core.artefacts.projection import project_ops_run
 from activity_core.db.keyset import encode_cursor
 from activity_core.db.unavailable import pooled
 from activity_core.queue.errors import QueueRefusal, query_cursor
+from activity_core.uuid_text import uuid_or_none
 from ops_contracts import RefusalCode, RunState
 from ops_evidence import sanitize_error
 
@@ -49,13 +50,6 @@ __all__ = ["MAX_OPS_RUNS_PER_FIRE", "MAX_PAGE_SIZE", "OPEN_FIRE_WINDOW_SECONDS",
 OPEN_FIRE_WINDOW_SECONDS = 900
 MAX_OPS_RUNS_PER_FIRE = 200
 MAX_PAGE_SIZE = 100
-
-
-def _as_uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 def _automation(row: asyncpg.Record) -> dict[str, Any]:
@@ -146,7 +140,7 @@ class ArtefactService:
     async def fire(self, automation: str, run_ref: str) -> FireDetail:
         async with self._snapshot() as conn:
             ref = await self._definition(conn, automation)
-            row = await conn.fetchrow(queries.FIRE, ref.id, run_ref, _as_uuid(run_ref))
+            row = await conn.fetchrow(queries.FIRE, ref.id, run_ref, uuid_or_none(run_ref))
             if row is None:
                 raise QueueRefusal(
                     RefusalCode.not_found, f"automation {ref.slug} has no run {run_ref}"
@@ -157,7 +151,7 @@ class ArtefactService:
     async def _definition(
         self, conn: PoolConnectionProxy[asyncpg.Record], automation: str
     ) -> AutomationRef:
-        row = await conn.fetchrow(queries.DEFINITION, _as_uuid(automation), automation)
+        row = await conn.fetchrow(queries.DEFINITION, uuid_or_none(automation), automation)
         if row is None:
             raise QueueRefusal(RefusalCode.not_found, f"no automation {automation}")
         return AutomationRef(**_automation(row))

@@ -33,6 +33,7 @@ from activity_core.queue.metrics import QueueMetrics
 from activity_core.queue.projection import project
 from activity_core.queue.sightings import ClaimSightings
 from activity_core.queue.wakeups import OpenRunSignal
+from activity_core.uuid_text import uuid_or_none
 from ops_contracts import CloseDisposition, RefusalCode, RunState
 
 __all__ = ["ListFilter", "QueueService", "definition_id_of"]
@@ -62,11 +63,7 @@ class ListFilter:
 async def definition_id_of(conn: PoolConnectionProxy[asyncpg.Record], automation: str) -> uuid.UUID:
     """The definition id of an automation named by its slug or its UUID; not_found when
     there is none."""
-    try:
-        as_uuid: uuid.UUID | None = uuid.UUID(automation)
-    except ValueError:
-        as_uuid = None
-    found = await conn.fetchval(queries.DEFINITION_ID, automation, as_uuid)
+    found = await conn.fetchval(queries.DEFINITION_ID, automation, uuid_or_none(automation))
     if found is None:
         raise QueueRefusal(RefusalCode.not_found, f"no automation {automation}")
     definition_id: uuid.UUID = found

@@ -59,6 +59,7 @@ from activity_core.temporal.request_start import (
     start_then_commit,
     start_workflow,
 )
+from activity_core.uuid_text import uuid_or_none
 
 __all__ = ["FireResult", "fire_manual", "manual_trigger_key", "retry_fire"]
 
@@ -201,7 +202,7 @@ async def retry_fire(
         row = await _definition(pool, automation)
         if row is None:
             raise AutomationNotFound(f"no automation {automation!r}")
-        earlier = await pool.fetchrow(queries.FIRE_TO_RETRY, row["id"], fire, _as_uuid(fire))
+        earlier = await pool.fetchrow(queries.FIRE_TO_RETRY, row["id"], fire, uuid_or_none(fire))
     slug: str = row["slug"]
     if earlier is None:
         raise FireNotFound(f"automation {slug!r} has no fire {fire!r}")
@@ -223,13 +224,6 @@ async def retry_fire(
         workflow_id=f"activity:{slug}:retry:{uuid.uuid4()}",
         task_queue=task_queue,
     )
-
-
-def _as_uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 async def _start(

@@ -50,6 +50,7 @@ from activity_core.temporal.audit_entry import ActionAudit, Unaudited
 from activity_core.temporal.client import TemporalClientProvider, is_unreachable
 from activity_core.temporal.errors import TemporalUnavailable
 from activity_core.temporal.schedules import schedule_id
+from activity_core.uuid_text import uuid_or_none
 from ops_contracts import RefusalCode
 from ops_evidence import sanitize_error
 
@@ -105,13 +106,6 @@ class AutomationState:
 def pause_note(operator: str, reason: str | None) -> str:
     note = f"activity-core: paused by operator {operator}"
     return (note + (f": {reason}" if reason else ""))[:MAX_NOTE_LENGTH]
-
-
-def _as_uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 class AutomationPauses:
@@ -252,7 +246,9 @@ class AutomationPauses:
 
         Raises QueueRefusal (not_found) or DatabaseUnavailable."""
         try:
-            row = await self._pool.fetchrow(queries.AUTOMATION, _as_uuid(automation), automation)
+            row = await self._pool.fetchrow(
+                queries.AUTOMATION, uuid_or_none(automation), automation
+            )
         except Exception as exc:
             if not _database_unavailable(exc):
                 raise
@@ -278,7 +274,9 @@ class AutomationPauses:
     ) -> asyncpg.Record:
         await conn.execute(queries.LOCK_TIMEOUT)
         await conn.execute(queries.SCHEDULES_LOCK, SYNC_LOCK_NAMESPACE)
-        row = await conn.fetchrow(queries.AUTOMATION_FOR_CHANGE, _as_uuid(automation), automation)
+        row = await conn.fetchrow(
+            queries.AUTOMATION_FOR_CHANGE, uuid_or_none(automation), automation
+        )
         if row is None:
             raise QueueRefusal(RefusalCode.not_found, f"no automation {automation!r}")
         audit.resolved("automation", row["slug"])

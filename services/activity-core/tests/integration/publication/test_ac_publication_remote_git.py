@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ac_publication_kit import TARGET_REPO, History, grant, receive_pack_posts, run_history
 
+from ac_publication_kit import TARGET_REPO, History, grant, receive_pack_posts, run_history
 from activity_core.publication.remote_git import (
     PublishFacts,
     PublishRefused,

@@ -13,6 +13,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+from temporalio.client import Client
+
+from ac_browser import ARTIFACTS, chromium, sign_in
+from ac_browser import served as serve_app
 from ac_publication_kit import (
     PR_URL,
     TARGET_REPO,
@@ -20,10 +24,6 @@ from ac_publication_kit import (
     run_history,
     seed_published_candidate,
 )
-from temporalio.client import Client
-
-from ac_browser import ARTIFACTS, chromium, sign_in
-from ac_browser import served as serve_app
 from ac_testkit import SeededQueue
 from ac_ui import ALICE
 from activity_core.publication.remote_git import changes_ref

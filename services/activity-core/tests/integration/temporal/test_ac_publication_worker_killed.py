@@ -18,30 +18,30 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+
 from ac_publication_kit import (
     TARGET_REPO,
     receive_pack_posts,
     run_history,
     seed_published_candidate,
 )
-from temporalio.api.enums.v1 import PendingActivityState
-from temporalio.client import Client
-
 from ac_serve import temporal_cli_env
 from ac_testkit import AppClient, SeededQueue, running_app
 from ac_ui import ALICE, named_operators
 from activity_core.publication.payloads import publication_workflow_id
 from activity_core.publication.remote_git import changes_ref
 from activity_core.temporal.dev_server import DevServer
+from ops_runtime.threaded_servers import served_in_a_thread
 from ops_testsupport.git_server import GitServer
 
 ENTRY = "from activity_core.cli import console_main; console_main()"
@@ -235,16 +235,14 @@ class ForgejoStandIn:
         base = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.api_url = f"{base}/api/v1"
         self.pr_url = f"{base}/research/briefs/pulls/1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serving = ExitStack()
 
     def __enter__(self) -> ForgejoStandIn:
-        self._thread.start()
+        self._serving.enter_context(served_in_a_thread(self._server, "forgejo-stand-in"))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._serving.close()
 
 
 def _hold_after_receive(git_server: GitServer, marks: Path) -> tuple[Path, Path]:

@@ -20,6 +20,8 @@ import asyncpg
 import httpx
 import pytest
 import respx
+from temporalio.client import Client
+
 from ac_publication_kit import (
     PR_URL,
     TARGET_REPO,
@@ -29,8 +31,6 @@ from ac_publication_kit import (
     run_history,
     seed_published_candidate,
 )
-from temporalio.client import Client
-
 from ac_serve import Done, operator_cli, serve_env, serve_process
 from ac_testkit import AppClient, SeededQueue, running_app
 from ac_ui import ALICE, BOB, cookie_of, csrf_in, login, post_form, session
