@@ -5,7 +5,8 @@
 
 For each fleet size N and number of API processes P (`activity-core serve`, each its own
 process, pool and LISTEN connection, on one scratch database), N workers wait in a
-long-poll claim over HTTP (`wait_seconds` 20, one label, split evenly over the APIs). Runs
+long-poll claim over HTTP (`wait_seconds` 20, one label, split evenly over the APIs), each
+worker with its own HTTP client and connection, as a fleet of processes has them. Runs
 are then opened one at a time with SQL, each when the last was taken. Printed per row:
 - transactions per opened run: pg_stat_database.xact_commit over the opening window,
   divided by the runs opened. It includes the emission's own INSERT. A worker that got a
